@@ -1,0 +1,123 @@
+//! On-CPU sampling: a perf_event program on the software cpu-clock event of
+//! every online CPU. Each sample adds one to the count of
+//! (tgid, tid, name epoch, user stack, kernel stack, comm).
+
+use aya_ebpf::{
+    EbpfContext, Global,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::bpf_get_current_comm,
+    helpers::bpf_get_smp_processor_id,
+    macros::{map, perf_event},
+    maps::{Array, HashMap, PerCpuArray, StackTrace},
+    programs::{PerfEventContext, tracing::StackIdContext},
+};
+use aya_log_ebpf::warn;
+use profiler_common::{
+    COMM_LEN, DEFAULT_COUNT_MAP_ENTRIES, DEFAULT_STACK_MAP_ENTRIES, MAX_TARGET_TGIDS, SampleKey,
+    stack_error, stat,
+};
+
+/// Non-zero: sample only the processes in `TARGET_TGIDS` (`--pid`).
+#[unsafe(no_mangle)]
+static FILTER_BY_TGID: Global<u8> = Global::new(0);
+
+#[map]
+static ACTIVE_BUFFER: Array<u32> = Array::with_max_entries(1, 0);
+
+#[map]
+static TARGET_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGIDS, 0);
+
+#[map]
+static COUNTS_0: HashMap<SampleKey, u64> = HashMap::with_max_entries(DEFAULT_COUNT_MAP_ENTRIES, 0);
+#[map]
+static COUNTS_1: HashMap<SampleKey, u64> = HashMap::with_max_entries(DEFAULT_COUNT_MAP_ENTRIES, 0);
+
+#[map]
+static STACKS_0: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENTRIES, 0);
+#[map]
+static STACKS_1: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENTRIES, 0);
+
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+#[perf_event]
+pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
+    count_stat(stat::SAMPLES);
+    let tgid = ctx.tgid();
+    if tgid == 0 {
+        count_stat(stat::IDLE);
+        return 0;
+    }
+    if FILTER_BY_TGID.load() != 0 && unsafe { TARGET_TGIDS.get(&tgid) }.is_none() {
+        count_stat(stat::FILTERED);
+        return 0;
+    }
+    let buffer = ACTIVE_BUFFER.get(0).copied().unwrap_or(0);
+    let (counts, stacks) = if buffer == 0 {
+        (&COUNTS_0, &STACKS_0)
+    } else {
+        (&COUNTS_1, &STACKS_1)
+    };
+
+    let user_stack_id = stack_id(&ctx, stacks, BPF_F_USER_STACK as u64, stat::USER_STACK_LOST);
+    let kernel_stack_id = stack_id(&ctx, stacks, 0, stat::KERNEL_STACK_LOST);
+    let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+    let key = SampleKey {
+        tgid,
+        tid: ctx.pid(),
+        user_stack_id,
+        kernel_stack_id,
+        name_epoch: 0,
+        flags: 0,
+        comm,
+    };
+    add_one(&ctx, counts, &key);
+    0
+}
+
+/// The stack id, or the negative errno stored in its place so the sample is
+/// still counted (userspace renders it as a marker frame).
+#[inline(always)]
+fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, lost_stat: u32) -> i32 {
+    match ctx.get_stackid(stacks, flags) {
+        Ok(id) => id as i32,
+        Err(err) => {
+            if err == stack_error::EEXIST {
+                count_stat(lost_stat);
+            }
+            err
+        }
+    }
+}
+
+#[inline(always)]
+fn add_one(ctx: &PerfEventContext, counts: &HashMap<SampleKey, u64>, key: &SampleKey) {
+    // A thread runs on one CPU at a time and its tid is in the key, so no two
+    // CPUs update one entry at once: a plain add is exact.
+    if let Some(count) = counts.get_ptr_mut(key) {
+        unsafe { *count += 1 };
+        return;
+    }
+    if counts.insert(key, &1, BPF_NOEXIST as u64).is_err() && count_stat(stat::COUNT_MAP_FULL) == 0
+    {
+        // Once per CPU per recording: the rare diagnostic aya-log is for.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        warn!(
+            ctx,
+            "count map full on cpu {}: samples are dropped (and counted) until the next drain", cpu
+        );
+    }
+}
+
+/// Adds one to a per-CPU statistic and returns its previous value.
+#[inline(always)]
+fn count_stat(index: u32) -> u64 {
+    match STATS.get_ptr_mut(index) {
+        Some(value) => unsafe {
+            let previous = *value;
+            *value = previous + 1;
+            previous
+        },
+        None => 0,
+    }
+}

@@ -1,0 +1,139 @@
+//! The `sparkprof` binary: a thin command line over the library.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand};
+use sparkprof::{
+    host::doctor,
+    record::{RecordError, RecordOptions, record},
+};
+
+#[derive(Parser)]
+#[command(
+    name = "sparkprof",
+    version,
+    about = "System-wide eBPF profiler for Spark worker hosts"
+)]
+struct Cli {
+    /// Log filter (also RUST_LOG), e.g. `info`, `sparkprof=debug`.
+    #[arg(long, global = true, default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Profile the host and write folded stacks, flame graphs and index.json.
+    Record(RecordArgs),
+    /// Print what this host offers and lacks for profiling.
+    Doctor,
+}
+
+#[derive(clap::Args)]
+struct RecordArgs {
+    /// Seconds to record; without it, record until SIGINT or SIGTERM.
+    #[arg(long, short)]
+    duration: Option<f64>,
+    /// Samples per second on each CPU.
+    #[arg(long, short = 'F', default_value_t = 99)]
+    frequency: u64,
+    /// Output directory.
+    #[arg(long, short, default_value = "profiles")]
+    output: PathBuf,
+    /// Only these processes (repeatable).
+    #[arg(long = "pid", short)]
+    pids: Vec<u32>,
+    /// Raise kernel.perf_event_max_stack to N frames for this recording (restored afterwards).
+    #[arg(long)]
+    max_stack_depth: Option<u32>,
+    /// Milliseconds between drains of the kernel maps.
+    #[arg(long, default_value_t = 1000)]
+    drain_interval_ms: u64,
+    /// Seconds between rewrites of the output files during a long recording.
+    #[arg(long, default_value_t = 60)]
+    flush_interval: u64,
+    /// Entries of each stack map (default: sized from CPUs, frequency and depth).
+    #[arg(long)]
+    stack_map_entries: Option<u32>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    match cli.command {
+        Command::Doctor => {
+            print!("{}", doctor::report());
+            ExitCode::SUCCESS
+        }
+        Command::Record(args) => run_record(args),
+    }
+}
+
+fn run_record(args: RecordArgs) -> ExitCode {
+    if args.frequency == 0 || args.frequency > 100_000 {
+        eprintln!("sparkprof: --frequency must be between 1 and 100000 Hz");
+        return ExitCode::from(2);
+    }
+    let options = RecordOptions {
+        duration: args.duration.map(Duration::from_secs_f64),
+        frequency_hz: args.frequency,
+        output: args.output,
+        pids: args.pids,
+        max_stack_depth: args.max_stack_depth,
+        drain_interval: Duration::from_millis(args.drain_interval_ms.max(10)),
+        flush_interval: Duration::from_secs(args.flush_interval.max(1)),
+        stack_map_entries: args.stack_map_entries,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("sparkprof: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(record(options)) {
+        Ok(summary) => {
+            eprintln!(
+                "sparkprof: {} samples in {} files written to {} ({:.1}s{}; kernel: {} samples, {} dropped, {} stacks lost)",
+                summary.samples,
+                summary.files,
+                summary.output.display(),
+                summary.elapsed.as_secs_f64(),
+                if summary.interrupted {
+                    ", interrupted"
+                } else {
+                    ""
+                },
+                summary.stats.samples,
+                summary.stats.dropped_count_map_full,
+                summary.stats.user_stacks_lost + summary.stats.kernel_stacks_lost,
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err @ RecordError::MissingCapabilities(_)) => {
+            eprintln!("sparkprof: {err}");
+            ExitCode::from(77)
+        }
+        Err(err) => {
+            eprintln!(
+                "sparkprof: {}",
+                anyhow::Error::from(err)
+                    .chain()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(": ")
+            );
+            ExitCode::FAILURE
+        }
+    }
+}

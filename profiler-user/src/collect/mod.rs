@@ -1,0 +1,377 @@
+//! Stage 1 of the pipeline: **collect**.
+//!
+//! Loads the eBPF programs, attaches the on-CPU sampler to the software
+//! cpu-clock event of every online CPU, and periodically drains the in-kernel
+//! aggregates into [`Drain`]s of [`RawSample`]s: thread, comm and raw stack
+//! addresses with a count. Nothing here knows about processes, symbols or
+//! files; later stages take it from there.
+
+pub mod object;
+
+use std::{
+    collections::HashMap as StdHashMap,
+    thread,
+    time::{Duration, SystemTime},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
+    programs::{
+        PerfEvent,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+    util::online_cpus,
+};
+use profiler_common::{SampleKey, names, stack_error, stat};
+use thiserror::Error;
+use tracing::{debug, warn};
+
+/// How long to wait after flipping buffers before draining the idle one.
+///
+/// The sampler runs in interrupt context and finishes in microseconds, so a
+/// program that read the old buffer index is long done after this.
+const FLIP_SETTLE: Duration = Duration::from_millis(5);
+
+/// What the collector samples and how its maps are sized.
+#[derive(Clone, Debug)]
+pub struct CollectorConfig {
+    /// Samples per second per CPU.
+    pub frequency_hz: u64,
+    /// Frames per stack; must not exceed `kernel.perf_event_max_stack`.
+    pub stack_depth: u32,
+    /// Entries of each stack map (rounded up to a power of two by the kernel).
+    pub stack_map_entries: u32,
+    /// Entries of each count map.
+    pub count_map_entries: u32,
+    /// Only these processes, when not empty.
+    pub target_pids: Vec<u32>,
+}
+
+/// Errors of the collect stage.
+#[derive(Debug, Error)]
+pub enum CollectError {
+    #[error(transparent)]
+    Object(#[from] object::ObjectError),
+    #[error("loading the eBPF programs failed: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("eBPF program {0} is missing from the object")]
+    MissingProgram(&'static str),
+    #[error("eBPF map {0} is missing from the object")]
+    MissingMap(&'static str),
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error("eBPF program {name}: {source}")]
+    Program {
+        name: &'static str,
+        source: aya::programs::ProgramError,
+    },
+    #[error("cannot list online CPUs ({0}): {1}")]
+    OnlineCpus(&'static str, std::io::Error),
+    #[error(
+        "perf_event_open on cpu {cpu} was refused ({source}); kernel.perf_event_paranoid is {paranoid}: \
+         sparkprof needs CAP_PERFMON (or CAP_SYS_ADMIN); run it as root"
+    )]
+    PerfEventDenied {
+        cpu: u32,
+        paranoid: String,
+        source: aya::programs::ProgramError,
+    },
+}
+
+/// A stack as the kernel recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RawStack {
+    /// Instruction pointers, leaf first. `truncated` when the stack filled the
+    /// map's depth, so outer frames may be missing.
+    Frames { ips: Vec<u64>, truncated: bool },
+    /// No stack of this kind (user-mode sample: no kernel stack; kernel
+    /// thread: no user stack).
+    Absent,
+    /// The stack could not be stored (errno from `bpf_get_stackid`, e.g. a
+    /// stack-map collision); the sample is still counted.
+    Lost(i32),
+}
+
+/// One in-kernel aggregate: samples of one thread with one pair of stacks.
+#[derive(Clone, Debug)]
+pub struct RawSample {
+    pub tgid: u32,
+    pub tid: u32,
+    pub name_epoch: u32,
+    /// The thread's comm when sampled.
+    pub comm: String,
+    pub user: RawStack,
+    pub kernel: RawStack,
+    pub count: u64,
+}
+
+/// Everything counted between two drains.
+#[derive(Debug)]
+pub struct Drain {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub samples: Vec<RawSample>,
+}
+
+/// Cumulative kernel-side statistics, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct KernelStats {
+    pub samples: u64,
+    pub idle: u64,
+    pub filtered: u64,
+    pub dropped_count_map_full: u64,
+    pub user_stacks_lost: u64,
+    pub kernel_stacks_lost: u64,
+}
+
+/// The loaded, attached sampler.
+pub struct Collector {
+    // Keeps programs and links alive.
+    _ebpf: Ebpf,
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    active: u32,
+    buffer_started: SystemTime,
+    stack_depth: usize,
+    counts: [HashMap<MapData, SampleKey, u64>; 2],
+    stacks: [StackTraceMap<MapData>; 2],
+    active_buffer: Array<MapData, u32>,
+    stats: PerCpuArray<MapData, u64>,
+}
+
+impl Collector {
+    /// Loads the programs, sizes the maps and starts sampling on every online CPU.
+    pub fn start(config: &CollectorConfig) -> Result<Self, CollectError> {
+        let object = object::object_with_stack_depth(config.stack_depth)?;
+        let filter: u8 = u8::from(!config.target_pids.is_empty());
+        let mut loader = EbpfLoader::new();
+        loader.override_global(names::FILTER_BY_TGID, &filter, true);
+        for name in names::COUNTS {
+            loader.map_max_entries(name, config.count_map_entries);
+        }
+        for name in names::STACKS {
+            loader.map_max_entries(name, config.stack_map_entries);
+        }
+        let mut ebpf = loader.load(&object)?;
+
+        let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
+            Ok(logger) => Some(logger),
+            Err(err) => {
+                warn!("eBPF log channel unavailable: {err}");
+                None
+            }
+        };
+
+        let mut targets: HashMap<MapData, u32, u8> = take_map(&mut ebpf, names::TARGET_TGIDS)?;
+        for pid in &config.target_pids {
+            targets
+                .insert(pid, &1, 0)
+                .map_err(|source| CollectError::Map {
+                    name: names::TARGET_TGIDS,
+                    source,
+                })?;
+        }
+        let counts = [
+            take_map(&mut ebpf, names::COUNTS[0])?,
+            take_map(&mut ebpf, names::COUNTS[1])?,
+        ];
+        let stacks = [
+            take_map(&mut ebpf, names::STACKS[0])?,
+            take_map(&mut ebpf, names::STACKS[1])?,
+        ];
+        let mut active_buffer: Array<MapData, u32> = take_map(&mut ebpf, names::ACTIVE_BUFFER)?;
+        active_buffer
+            .set(0, &0, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::ACTIVE_BUFFER,
+                source,
+            })?;
+        let stats = take_map(&mut ebpf, names::STATS)?;
+
+        let program_error = |source| CollectError::Program {
+            name: names::PROGRAM_ON_CPU,
+            source,
+        };
+        let program: &mut PerfEvent = ebpf
+            .program_mut(names::PROGRAM_ON_CPU)
+            .ok_or(CollectError::MissingProgram(names::PROGRAM_ON_CPU))?
+            .try_into()
+            .map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        // cpu-clock counts nanoseconds: a fixed period gives an exact rate on a
+        // busy CPU from the first sample (frequency mode converges slowly).
+        let period_ns = (1_000_000_000 / config.frequency_hz.max(1)).max(1);
+        let cpus = online_cpus().map_err(|(what, err)| CollectError::OnlineCpus(what, err))?;
+        for cpu in cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period_ns),
+                    false,
+                )
+                .map_err(|source| match &source {
+                    aya::programs::ProgramError::SyscallError(e)
+                        if matches!(
+                            e.io_error.raw_os_error(),
+                            Some(libc::EACCES | libc::EPERM)
+                        ) =>
+                    {
+                        CollectError::PerfEventDenied {
+                            cpu,
+                            paranoid: crate::host::sysctl::read("kernel/perf_event_paranoid")
+                                .unwrap_or_else(|_| "unknown".into()),
+                            source,
+                        }
+                    }
+                    _ => program_error(source),
+                })?;
+        }
+        debug!(
+            period_ns,
+            depth = config.stack_depth,
+            "on-CPU sampler attached"
+        );
+
+        Ok(Self {
+            _ebpf: ebpf,
+            logger,
+            active: 0,
+            buffer_started: SystemTime::now(),
+            stack_depth: config.stack_depth as usize,
+            counts,
+            stacks,
+            active_buffer,
+            stats,
+        })
+    }
+
+    /// Switches the sampler to the other buffer and returns everything that
+    /// was counted in the one it used, then clears that one for reuse.
+    pub fn drain(&mut self) -> Result<Drain, CollectError> {
+        if let Some(logger) = self.logger.as_mut() {
+            logger.flush();
+        }
+        let idle = self.active as usize;
+        let next = 1 - self.active;
+        self.active_buffer
+            .set(0, &next, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::ACTIVE_BUFFER,
+                source,
+            })?;
+        self.active = next;
+        let start = std::mem::replace(&mut self.buffer_started, SystemTime::now());
+        thread::sleep(FLIP_SETTLE);
+        let end = SystemTime::now();
+
+        let counts_name = names::COUNTS[idle];
+        let stacks_name = names::STACKS[idle];
+        let map_error = |name| move |source| CollectError::Map { name, source };
+
+        let entries: Vec<(SampleKey, u64)> = self.counts[idle]
+            .iter()
+            .filter_map(|entry| entry.map_err(|err| debug!("{counts_name}: {err}")).ok())
+            .collect();
+        let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
+        let mut samples = Vec::with_capacity(entries.len());
+        for (key, count) in &entries {
+            let user = self.stack(idle, key.user_stack_id, &mut stack_cache);
+            let kernel = self.stack(idle, key.kernel_stack_id, &mut stack_cache);
+            samples.push(RawSample {
+                tgid: key.tgid,
+                tid: key.tid,
+                name_epoch: key.name_epoch,
+                comm: comm_to_string(&key.comm),
+                user,
+                kernel,
+                count: *count,
+            });
+        }
+
+        for (key, _) in &entries {
+            match self.counts[idle].remove(key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(map_error(counts_name)(source)),
+            }
+        }
+        let stack_ids: Vec<u32> = self.stacks[idle]
+            .stack_ids()
+            .filter_map(Result::ok)
+            .collect();
+        for id in stack_ids {
+            match self.stacks[idle].remove(&id) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(map_error(stacks_name)(source)),
+            }
+        }
+        Ok(Drain {
+            start,
+            end,
+            samples,
+        })
+    }
+
+    fn stack(&self, buffer: usize, id: i32, cache: &mut StdHashMap<i32, RawStack>) -> RawStack {
+        if id < 0 {
+            return if id == stack_error::EFAULT {
+                RawStack::Absent
+            } else {
+                RawStack::Lost(id)
+            };
+        }
+        cache
+            .entry(id)
+            .or_insert_with(|| match self.stacks[buffer].get(&(id as u32), 0) {
+                Ok(trace) => {
+                    let ips: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+                    if ips.is_empty() {
+                        RawStack::Absent
+                    } else {
+                        let truncated = ips.len() >= self.stack_depth;
+                        RawStack::Frames { ips, truncated }
+                    }
+                }
+                Err(err) => {
+                    debug!(id, "stack lookup failed: {err}");
+                    RawStack::Lost(-libc::ENOENT)
+                }
+            })
+            .clone()
+    }
+
+    /// Kernel-side statistics since the start, summed over CPUs.
+    pub fn stats(&self) -> KernelStats {
+        let sum = |index: u32| -> u64 {
+            self.stats
+                .get(&index, 0)
+                .map(|values| values.iter().sum())
+                .unwrap_or(0)
+        };
+        KernelStats {
+            samples: sum(stat::SAMPLES),
+            idle: sum(stat::IDLE),
+            filtered: sum(stat::FILTERED),
+            dropped_count_map_full: sum(stat::COUNT_MAP_FULL),
+            user_stacks_lost: sum(stat::USER_STACK_LOST),
+            kernel_stacks_lost: sum(stat::KERNEL_STACK_LOST),
+        }
+    }
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, CollectError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(CollectError::MissingMap(name))?;
+    T::try_from(map).map_err(|source| CollectError::Map { name, source })
+}
+
+/// A kernel comm (NUL-padded, not necessarily UTF-8) as a string.
+pub fn comm_to_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}

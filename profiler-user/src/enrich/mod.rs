@@ -1,0 +1,167 @@
+//! Stage 2 of the pipeline: **enrich**.
+//!
+//! Turns the collector's thread ids into *who*: the process (name, start time
+//! to tell a reused PID from the original, kernel thread or not) and the
+//! thread's name. Process facts are read from /proc once per process and
+//! cached; a process whose PID disappears, or comes back with another start
+//! time, is reported as exited so that later stages can drop what they cached
+//! for it.
+
+use std::{collections::HashMap, fs, sync::Arc};
+
+use crate::collect::{Drain, RawSample};
+
+/// `PF_KTHREAD` in the flags field of /proc/PID/stat.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// What the pipeline knows about one process.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (field 22 of /proc/PID/stat);
+    /// with the PID it identifies the process across PID reuse. 0 when the
+    /// process was gone before it could be read.
+    pub start_ticks: u64,
+    /// The process's comm.
+    pub name: String,
+    /// A kernel thread (no user address space).
+    pub kernel_thread: bool,
+}
+
+/// A sample with its process and thread identified.
+#[derive(Debug, Clone)]
+pub struct EnrichedSample {
+    pub raw: RawSample,
+    pub process: Arc<ProcessInfo>,
+    pub thread_name: String,
+}
+
+/// One drain, enriched.
+#[derive(Debug)]
+pub struct EnrichedDrain {
+    pub start: std::time::SystemTime,
+    pub end: std::time::SystemTime,
+    pub samples: Vec<EnrichedSample>,
+    /// Processes that exited (or whose PID was reused) since the last drain.
+    pub exited: Vec<Arc<ProcessInfo>>,
+}
+
+/// The enrich stage and its process cache.
+#[derive(Default)]
+pub struct Enricher {
+    processes: HashMap<u32, Arc<ProcessInfo>>,
+}
+
+impl Enricher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Identifies the processes and threads of a drain.
+    pub fn enrich(&mut self, drain: Drain) -> EnrichedDrain {
+        let mut exited = Vec::new();
+        // Forget processes that are gone or whose PID now names another process.
+        self.processes.retain(|pid, info| {
+            let alive = read_stat(*pid).is_some_and(|stat| stat.start_ticks == info.start_ticks);
+            if !alive {
+                exited.push(info.clone());
+            }
+            alive
+        });
+
+        let mut samples = Vec::with_capacity(drain.samples.len());
+        for raw in drain.samples {
+            let process = match self.processes.get(&raw.tgid) {
+                Some(info) => info.clone(),
+                None => {
+                    let info = Arc::new(read_process(raw.tgid, &raw));
+                    if info.start_ticks != 0 {
+                        self.processes.insert(raw.tgid, info.clone());
+                    }
+                    info
+                }
+            };
+            let thread_name = raw.comm.clone();
+            samples.push(EnrichedSample {
+                raw,
+                process,
+                thread_name,
+            });
+        }
+        EnrichedDrain {
+            start: drain.start,
+            end: drain.end,
+            samples,
+            exited,
+        }
+    }
+}
+
+struct Stat {
+    start_ticks: u64,
+    flags: u64,
+}
+
+/// Parses the fields we need from /proc/PID/stat. The comm (field 2) may hold
+/// spaces and parentheses, so fields are counted from the last `)`.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let after_comm = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // after_comm starts at field 3 (state): flags is field 9, starttime field 22.
+    Some(Stat {
+        flags: fields.get(6)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn read_stat(pid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn read_process(pid: u32, sample: &RawSample) -> ProcessInfo {
+    let name = fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end_matches('\n').to_owned());
+    match (read_stat(pid), name) {
+        (Some(stat), Ok(name)) => ProcessInfo {
+            pid,
+            start_ticks: stat.start_ticks,
+            name,
+            kernel_thread: stat.flags & PF_KTHREAD != 0,
+        },
+        // Exited before we looked: the sample's own comm is the best name we
+        // have (it is the process's name when the sampled thread is the leader).
+        _ => ProcessInfo {
+            pid,
+            start_ticks: 0,
+            name: if sample.tid == pid {
+                sample.comm.clone()
+            } else {
+                format!("[exited] {}", sample.comm)
+            },
+            kernel_thread: matches!(sample.user, crate::collect::RawStack::Absent)
+                && !matches!(sample.kernel, crate::collect::RawStack::Absent),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_hostile_comm() {
+        let text =
+            "1234 (a) b) (c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 200";
+        let stat = parse_stat(text).unwrap();
+        assert_eq!(stat.flags, 4194560);
+        assert_eq!(stat.start_ticks, 987654);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        let stat = read_stat(me).unwrap();
+        assert!(stat.start_ticks > 0);
+        assert_eq!(stat.flags & PF_KTHREAD, 0);
+    }
+}

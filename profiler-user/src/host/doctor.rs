@@ -1,0 +1,223 @@
+//! `sparkprof doctor`: what this host offers and lacks for profiling, in
+//! plain text an operator can act on.
+
+use std::{fmt::Write as _, fs, path::Path};
+
+use super::{caps::Capabilities, sysctl};
+
+/// A JVM found on the host, and whether its stacks can be walked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JvmReport {
+    pub pid: u32,
+    pub main: String,
+    pub preserve_frame_pointer: bool,
+}
+
+/// Builds the doctor report.
+pub fn report() -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, key: &str, value: String| {
+        let _ = writeln!(out, "{key:<24} {value}");
+    };
+
+    line(
+        &mut out,
+        "kernel",
+        sysctl::read("kernel/osrelease").unwrap_or_else(|e| format!("unknown ({e})")),
+    );
+    line(
+        &mut out,
+        "btf",
+        if Path::new("/sys/kernel/btf/vmlinux").exists() {
+            "yes (/sys/kernel/btf/vmlinux)".into()
+        } else {
+            "no: kernel built without CONFIG_DEBUG_INFO_BTF".into()
+        },
+    );
+    let paranoid =
+        sysctl::read("kernel/perf_event_paranoid").unwrap_or_else(|e| format!("unknown ({e})"));
+    line(
+        &mut out,
+        "perf_event_paranoid",
+        format!(
+            "{paranoid} (does not matter with CAP_PERFMON or CAP_SYS_ADMIN, which sparkprof requires)"
+        ),
+    );
+    let kptr = sysctl::read("kernel/kptr_restrict").unwrap_or_else(|e| format!("unknown ({e})"));
+    let kallsyms = if kallsyms_readable() {
+        "kernel symbols readable"
+    } else {
+        "kernel symbols UNREADABLE: kernel frames will show as addresses; run as root or set kernel.kptr_restrict=0"
+    };
+    line(&mut out, "kptr_restrict", format!("{kptr} ({kallsyms})"));
+    let max_stack =
+        sysctl::read("kernel/perf_event_max_stack").unwrap_or_else(|e| format!("unknown ({e})"));
+    line(
+        &mut out,
+        "perf_event_max_stack",
+        format!(
+            "{max_stack} frames (deeper stacks are cut and marked [truncated]; `record --max-stack-depth N` raises it for a recording)"
+        ),
+    );
+    let tracefs = [
+        "/sys/kernel/tracing/events",
+        "/sys/kernel/debug/tracing/events",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).is_dir());
+    line(
+        &mut out,
+        "tracefs",
+        match tracefs {
+            Some(path) => format!("yes ({})", Path::new(path).parent().unwrap().display()),
+            None => "not mounted: mount -t tracefs tracefs /sys/kernel/tracing".into(),
+        },
+    );
+    line(
+        &mut out,
+        "hardware PMU",
+        if Path::new("/sys/bus/event_source/devices/cpu").exists() {
+            "present (sparkprof samples the software cpu-clock event either way)".into()
+        } else {
+            "absent (fine: sparkprof samples the software cpu-clock event)".into()
+        },
+    );
+    let caps = Capabilities::current();
+    line(
+        &mut out,
+        "capabilities",
+        format!("{}", caps.describe().join(", ")),
+    );
+    let missing = caps.missing_for_record();
+    line(
+        &mut out,
+        "can record",
+        if missing.is_empty() {
+            "yes".into()
+        } else {
+            format!("no: missing {} (run as root)", missing.join(", "))
+        },
+    );
+
+    let jvms = jvms();
+    line(&mut out, "JVMs", format!("{}", jvms.len()));
+    for jvm in jvms {
+        let fp = if jvm.preserve_frame_pointer {
+            "-XX:+PreserveFramePointer: full Java stacks".to_owned()
+        } else {
+            "no -XX:+PreserveFramePointer: Java stacks will be cut short; add the flag".to_owned()
+        };
+        let _ = writeln!(out, "  pid {:<8} {:<40} {fp}", jvm.pid, jvm.main);
+    }
+    out
+}
+
+fn kallsyms_readable() -> bool {
+    fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .take(64)
+                .map(|l| l.split(' ').next().unwrap_or("0").to_owned())
+                .find(|addr| addr.chars().any(|c| c != '0'))
+        })
+        .is_some()
+}
+
+/// Running JVMs: processes that map libjvm.so.
+pub fn jvms() -> Vec<JvmReport> {
+    let mut found = Vec::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        if !maps.lines().any(|l| l.ends_with("/libjvm.so")) {
+            continue;
+        }
+        let args = read_nul_separated(&format!("/proc/{pid}/cmdline"));
+        let env = read_nul_separated(&format!("/proc/{pid}/environ"));
+        let fp_flag = "-XX:+PreserveFramePointer";
+        let in_env = env.iter().any(|v| {
+            (v.starts_with("JAVA_TOOL_OPTIONS=") || v.starts_with("JDK_JAVA_OPTIONS="))
+                && v.contains(fp_flag)
+        });
+        // The last of -XX:+/-PreserveFramePointer on the command line wins.
+        let on_cmdline = args
+            .iter()
+            .rev()
+            .find(|a| a.ends_with("PreserveFramePointer") && a.starts_with("-XX:"))
+            .map(|a| a == fp_flag);
+        found.push(JvmReport {
+            pid,
+            main: java_main(&args),
+            preserve_frame_pointer: on_cmdline.unwrap_or(in_env),
+        });
+    }
+    found.sort_by_key(|j| j.pid);
+    found
+}
+
+fn read_nul_separated(path: &str) -> Vec<String> {
+    fs::read(path)
+        .map(|bytes| {
+            bytes
+                .split(|&b| b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The main class or `-jar` file of a java command line.
+fn java_main(args: &[String]) -> String {
+    let mut iter = args.iter().skip(1);
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "-cp" | "-classpath" | "--class-path" | "-p" | "--module-path" | "--add-opens"
+            | "--add-exports" => {
+                iter.next();
+            }
+            "-jar" => return iter.next().cloned().unwrap_or_default(),
+            a if a.starts_with('-') => {}
+            a => return a.to_owned(),
+        }
+    }
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_main_class() {
+        let args: Vec<String> = [
+            "java",
+            "-cp",
+            "/x:/y",
+            "-Xmx1g",
+            "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+            "--executor-id",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            java_main(&args),
+            "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+        );
+        let args: Vec<String> = ["java", "-jar", "app.jar"].map(String::from).to_vec();
+        assert_eq!(java_main(&args), "app.jar");
+    }
+}

@@ -1,0 +1,243 @@
+//! `sparkprof record`: runs the pipeline collect → enrich → symbolize → write
+//! until the duration ends or SIGINT/SIGTERM arrives, draining the kernel
+//! maps periodically and flushing output files along the way and at the end.
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{info, warn};
+
+use crate::{
+    collect::{CollectError, Collector, CollectorConfig, KernelStats},
+    enrich::Enricher,
+    host::{caps::Capabilities, sysctl},
+    symbolize::Symbolizer,
+    write::{Writer, index::Header},
+};
+
+/// The sysctl that caps stack depth for `bpf_get_stackid`.
+pub const MAX_STACK_SYSCTL: &str = "kernel/perf_event_max_stack";
+/// The deepest stack sparkprof asks for.
+pub const MAX_STACK_DEPTH_LIMIT: u32 = 4_096;
+/// Memory budget of one stack map (there are two, double-buffered).
+const STACK_MAP_BUDGET_BYTES: u64 = 64 << 20;
+
+/// Options of one recording.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// Stop after this long; `None` records until SIGINT/SIGTERM.
+    pub duration: Option<Duration>,
+    pub frequency_hz: u64,
+    pub output: PathBuf,
+    /// Only these processes (empty: the whole host).
+    pub pids: Vec<u32>,
+    /// Raise `kernel.perf_event_max_stack` to this for the recording.
+    pub max_stack_depth: Option<u32>,
+    /// How often the kernel maps are drained.
+    pub drain_interval: Duration,
+    /// How often output files are rewritten during a long recording.
+    pub flush_interval: Duration,
+    /// Override the stack map size.
+    pub stack_map_entries: Option<u32>,
+}
+
+/// Why a recording could not run or finish.
+#[derive(Debug, Error)]
+pub enum RecordError {
+    #[error(
+        "missing capabilities: {missing}. Run as root, or grant them: sudo setcap {missing}+ep {exe}",
+        missing = .0.join(","),
+        exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "sparkprof".into())
+    )]
+    MissingCapabilities(Vec<&'static str>),
+    #[error("--max-stack-depth must be between 1 and {MAX_STACK_DEPTH_LIMIT}, not {0}")]
+    BadStackDepth(u32),
+    #[error("cannot read or raise kernel.perf_event_max_stack: {0}")]
+    StackSysctl(std::io::Error),
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error(
+        "writing the output failed (the profile is still in memory and was not lost until now): {0}"
+    )]
+    Write(std::io::Error),
+}
+
+/// What a finished recording produced.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub output: PathBuf,
+    pub files: usize,
+    pub samples: u64,
+    pub stats: KernelStats,
+    pub elapsed: Duration,
+    pub interrupted: bool,
+}
+
+/// Stack map entries for a recording: room for several times the samples one
+/// drain interval can bring (so hash collisions stay rare), within a memory
+/// budget. The kernel rounds up to a power of two.
+pub fn stack_map_entries(
+    cpus: u32,
+    frequency_hz: u64,
+    drain_interval: Duration,
+    depth: u32,
+) -> u32 {
+    let per_interval =
+        u64::from(cpus) * frequency_hz * drain_interval.as_millis().max(1) as u64 / 1000;
+    let wanted = (per_interval * 8).clamp(8_192, 262_144);
+    let affordable = STACK_MAP_BUDGET_BYTES / (u64::from(depth) * 8 + 16);
+    wanted.min(affordable).max(1_024).next_power_of_two() as u32
+}
+
+/// The pipeline, one direction.
+struct Pipeline {
+    collector: Collector,
+    enricher: Enricher,
+    symbolizer: Symbolizer,
+    writer: Writer,
+}
+
+impl Pipeline {
+    fn step(&mut self) {
+        match self.collector.drain() {
+            Ok(drain) => {
+                let drain = self.enricher.enrich(drain);
+                let drain = self.symbolizer.symbolize(drain);
+                self.writer.add(drain);
+            }
+            Err(err) => warn!("drain failed, retrying next interval: {err}"),
+        }
+    }
+}
+
+/// Runs a recording to its end.
+pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
+    let missing = Capabilities::current().missing_for_record();
+    if !missing.is_empty() {
+        return Err(RecordError::MissingCapabilities(missing));
+    }
+    if let Some(depth) = options.max_stack_depth
+        && !(1..=MAX_STACK_DEPTH_LIMIT).contains(&depth)
+    {
+        return Err(RecordError::BadStackDepth(depth));
+    }
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
+
+    // Declared before the collector so it is dropped (restored) after the
+    // perf events are closed.
+    let _raised = match options.max_stack_depth {
+        Some(depth) => sysctl::RaisedSysctl::raise_to(MAX_STACK_SYSCTL, u64::from(depth))
+            .map_err(RecordError::StackSysctl)?,
+        None => None,
+    };
+    let sysctl_depth = sysctl::read_u64(MAX_STACK_SYSCTL).map_err(RecordError::StackSysctl)?;
+    let stack_depth = match options.max_stack_depth {
+        Some(depth) => depth,
+        None => (sysctl_depth as u32).clamp(1, MAX_STACK_DEPTH_LIMIT),
+    };
+    let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
+    let stack_map_entries = options.stack_map_entries.unwrap_or_else(|| {
+        stack_map_entries(
+            cpus,
+            options.frequency_hz,
+            options.drain_interval,
+            stack_depth,
+        )
+    });
+    let config = CollectorConfig {
+        frequency_hz: options.frequency_hz,
+        stack_depth,
+        stack_map_entries,
+        count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
+        target_pids: options.pids.clone(),
+    };
+    let collector = Collector::start(&config)?;
+    info!(
+        frequency_hz = options.frequency_hz,
+        stack_depth,
+        stack_map_entries,
+        pids = ?options.pids,
+        "recording on {cpus} CPUs into {}",
+        options.output.display()
+    );
+    let mut pipeline = Pipeline {
+        collector,
+        enricher: Enricher::new(),
+        symbolizer: Symbolizer::new(),
+        writer: Writer::new(&options.output),
+    };
+    let header = |stats| Header {
+        tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
+        host: sysctl::read("kernel/hostname").unwrap_or_default(),
+        frequency_hz: options.frequency_hz,
+        stack_depth,
+        stats,
+    };
+
+    let started = Instant::now();
+    let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut drain_tick = tokio::time::interval(options.drain_interval);
+    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    drain_tick.tick().await;
+    let mut last_flush = Instant::now();
+    let mut interrupted = false;
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = drain_tick.tick() => {
+                pipeline.step();
+                if last_flush.elapsed() >= options.flush_interval {
+                    last_flush = Instant::now();
+                    if let Err(err) = pipeline.writer.flush(&header(pipeline.collector.stats())) {
+                        warn!("periodic flush failed, will retry: {err}");
+                    }
+                }
+            }
+            _ = sigint.recv() => { info!("SIGINT: draining and writing what was counted"); interrupted = true; break; }
+            _ = sigterm.recv() => { info!("SIGTERM: draining and writing what was counted"); interrupted = true; break; }
+            _ = until_deadline => break,
+        }
+    }
+    pipeline.step();
+    let stats = pipeline.collector.stats();
+    let files = pipeline
+        .writer
+        .flush(&header(stats))
+        .map_err(RecordError::Write)?;
+    drop(pipeline.collector);
+    Ok(Summary {
+        output: options.output,
+        files,
+        samples: pipeline.writer.samples(),
+        stats,
+        elapsed: started.elapsed(),
+        interrupted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_maps_stay_within_budget() {
+        let small = stack_map_entries(2, 99, Duration::from_secs(1), 127);
+        assert_eq!(small, 8_192);
+        let big_host = stack_map_entries(128, 999, Duration::from_secs(1), 127);
+        assert!(u64::from(big_host) * (127 * 8 + 16) <= 2 * STACK_MAP_BUDGET_BYTES);
+        let deep = stack_map_entries(2, 99, Duration::from_secs(1), 4096);
+        assert!(u64::from(deep) * (4096 * 8) <= 2 * STACK_MAP_BUDGET_BYTES);
+    }
+}

@@ -1,0 +1,146 @@
+//! Writing output files atomically and never through a symlink.
+//!
+//! Each file is written to a fresh temporary name in its final directory
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0640), flushed to disk, then renamed over
+//! the final name. A reader sees the old file or the new one, never a torn
+//! one; a planted symlink is neither followed nor written through (a rename
+//! replaces the link itself). Directories on the way are created 0750 and
+//! must be real directories, not symlinks.
+
+use std::{
+    fs::{self, DirBuilder, OpenOptions},
+    io::{self, Write},
+    os::unix::fs::{DirBuilderExt, OpenOptionsExt},
+    path::{Component, Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Creates `root` (if needed) and `rel`'s parent directories below it,
+/// refusing symlinks anywhere from `root` down.
+pub fn ensure_dirs(root: &Path, rel: &Path) -> io::Result<PathBuf> {
+    make_real_dir(root)?;
+    let mut dir = root.to_path_buf();
+    if let Some(parent) = rel.parent() {
+        for component in parent.components() {
+            match component {
+                Component::Normal(name) => {
+                    dir.push(name);
+                    make_real_dir(&dir)?;
+                }
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("bad output path {}", rel.display()),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(dir)
+}
+
+fn make_real_dir(dir: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is a symlink; refusing to write through it",
+                dir.display()
+            ),
+        )),
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} is not a directory", dir.display()),
+        )),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new().recursive(true).mode(0o750).create(dir)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Atomically replaces `root/rel` with `bytes`.
+pub fn write_atomic(root: &Path, rel: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = ensure_dirs(root, rel)?;
+    let file_name = rel.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad output path {}", rel.display()),
+        )
+    })?;
+    let target = dir.join(file_name);
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        file_name.to_string_lossy(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        // The creation mode is filtered by the umask; make it exact.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o640))?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        fs::rename(&tmp, &target)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map_err(|err| io::Error::new(err.kind(), format!("writing {}: {err}", target.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    use super::*;
+
+    #[test]
+    fn writes_with_0640_and_replaces() {
+        let root = tempfile::tempdir().unwrap();
+        write_atomic(root.path(), Path::new("a/b.folded"), b"one").unwrap();
+        write_atomic(root.path(), Path::new("a/b.folded"), b"two").unwrap();
+        let path = root.path().join("a/b.folded");
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        // No temporary file left behind.
+        assert_eq!(fs::read_dir(root.path().join("a")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn replaces_a_planted_symlink_without_following_it() {
+        let root = tempfile::tempdir().unwrap();
+        let victim = root.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        symlink(&victim, root.path().join("out.folded")).unwrap();
+        write_atomic(root.path(), Path::new("out.folded"), b"data").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(
+            !fs::symlink_metadata(root.path().join("out.folded"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+
+    #[test]
+    fn refuses_a_symlinked_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        symlink(elsewhere.path(), root.path().join("processes")).unwrap();
+        let err = write_atomic(root.path(), Path::new("processes/x.folded"), b"data").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    }
+}

@@ -1,0 +1,133 @@
+//! The folded text format, and flame graphs drawn from it with inferno.
+
+use std::{collections::HashMap, fmt::Write as _, io};
+
+use crate::symbolize::{FrameKind, SymbolizedSample};
+
+/// Makes a name safe as one folded frame: `;` separates frames and a line
+/// ends the record, so neither may appear inside a name.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' | '\t' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// A process or file name reduced to `[A-Za-z0-9._-]` for use in a path.
+pub fn file_stem(name: &str) -> String {
+    let stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stem = stem.trim_start_matches('.');
+    if stem.is_empty() {
+        "unnamed".to_owned()
+    } else {
+        stem.to_owned()
+    }
+}
+
+/// The stack part of a folded line (without the count): process, thread,
+/// then frames root first, kernel frames suffixed `_[k]`.
+pub fn stack_line(sample: &SymbolizedSample) -> String {
+    let mut line = String::with_capacity(64 + sample.frames.len() * 32);
+    let _ = write!(
+        line,
+        "{} [{}]",
+        sanitize(&sample.process.name),
+        sample.process.pid
+    );
+    line.push(';');
+    line.push_str(&sanitize(&sample.thread_name));
+    for frame in &sample.frames {
+        line.push(';');
+        line.push_str(&sanitize(&frame.name));
+        if frame.kind == FrameKind::Kernel {
+            line.push_str("_[k]");
+        }
+    }
+    line
+}
+
+/// Renders aggregated stacks as folded text, one line per stack, sorted.
+pub fn render(stacks: &HashMap<String, u64>) -> String {
+    let mut lines: Vec<(&String, &u64)> = stacks.iter().collect();
+    lines.sort();
+    let mut text = String::new();
+    for (stack, count) in lines {
+        let _ = writeln!(text, "{stack} {count}");
+    }
+    text
+}
+
+/// An interactive SVG flame graph of folded text.
+pub fn flame_graph(folded: &str, title: &str) -> io::Result<Vec<u8>> {
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title.to_owned();
+    options.count_name = "samples".to_owned();
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut options, folded.lines(), &mut svg)?;
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{enrich::ProcessInfo, symbolize::Frame};
+
+    fn frame(name: &str, kind: FrameKind) -> Frame {
+        Frame {
+            name: name.into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn folds_root_first_with_kernel_suffix() {
+        let sample = SymbolizedSample {
+            process: Arc::new(ProcessInfo {
+                pid: 42,
+                start_ticks: 1,
+                name: "my app".into(),
+                kernel_thread: false,
+            }),
+            tid: 43,
+            thread_name: "worker;1".into(),
+            frames: vec![
+                frame("[truncated]", FrameKind::Marker),
+                frame("main", FrameKind::User),
+                frame("std::vec::Vec<T>::push", FrameKind::User),
+                frame("asm_exc_page_fault", FrameKind::Kernel),
+            ],
+            count: 3,
+        };
+        assert_eq!(
+            stack_line(&sample),
+            "my app [42];worker:1;[truncated];main;std::vec::Vec<T>::push;asm_exc_page_fault_[k]"
+        );
+        let stacks = HashMap::from([(stack_line(&sample), 3), ("b [1];t;x".to_owned(), 2)]);
+        let text = render(&stacks);
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.ends_with("asm_exc_page_fault_[k] 3\n"));
+        let svg = String::from_utf8(flame_graph(&text, "test").unwrap()).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("asm_exc_page_fault"));
+    }
+
+    #[test]
+    fn file_stems_are_safe() {
+        assert_eq!(file_stem("../etc/passwd"), "_etc_passwd");
+        assert_eq!(file_stem("kworker/0:1"), "kworker_0_1");
+        assert_eq!(file_stem(""), "unnamed");
+    }
+}

@@ -1,0 +1,158 @@
+//! `index.json`: the table of contents of an output directory.
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "tool": "sparkprof 0.1.0",
+//!   "host": "worker-17",
+//!   "start": "2026-11-22T05:00:00.000Z", "end": "...",
+//!   "frequency_hz": 99,
+//!   "stack_depth": 127,
+//!   "stats": { "samples": 1234, "idle": 10, "filtered": 0, "dropped_count_map_full": 0,
+//!              "user_stacks_lost": 0, "kernel_stacks_lost": 0 },
+//!   "files": [
+//!     { "path": "processes/java-4242.cpu.folded", "svg": "processes/java-4242.cpu.svg",
+//!       "kind": "cpu", "samples": 900, "start": "...", "end": "...",
+//!       "pid": 4242, "process": "java", "role": "other",
+//!       "app_id": null, "executor_id": null, "stage_id": null }
+//!   ]
+//! }
+//! ```
+//! Paths are relative to the directory. Fields that do not apply are `null`.
+//! New fields may be added; none is renamed or removed.
+
+use std::{path::Path, time::SystemTime};
+
+use serde::Serialize;
+
+use super::ProfileKind;
+use crate::collect::KernelStats;
+
+/// Schema version of index.json.
+pub const INDEX_VERSION: u32 = 1;
+
+/// Facts about the whole recording.
+#[derive(Debug, Clone, Serialize)]
+pub struct Header {
+    pub tool: String,
+    pub host: String,
+    pub frequency_hz: u64,
+    pub stack_depth: u32,
+    pub stats: KernelStats,
+}
+
+/// Who a file is about.
+pub struct GroupMeta {
+    pub pid: Option<u32>,
+    pub process: Option<String>,
+    pub role: &'static str,
+}
+
+/// One folded file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileEntry {
+    pub path: String,
+    pub svg: String,
+    pub kind: ProfileKind,
+    pub samples: u64,
+    pub start: String,
+    pub end: String,
+    pub pid: Option<u32>,
+    pub process: Option<String>,
+    pub role: &'static str,
+    pub app_id: Option<String>,
+    pub executor_id: Option<String>,
+    pub stage_id: Option<u64>,
+    #[serde(skip)]
+    start_time: Option<SystemTime>,
+    #[serde(skip)]
+    end_time: Option<SystemTime>,
+}
+
+impl FileEntry {
+    pub(super) fn new(
+        rel_path: &Path,
+        kind: ProfileKind,
+        meta: &GroupMeta,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Self {
+        Self {
+            path: rel_path.display().to_string(),
+            svg: rel_path.with_extension("svg").display().to_string(),
+            kind,
+            samples: 0,
+            start: timestamp(start),
+            end: timestamp(end),
+            pid: meta.pid,
+            process: meta.process.clone(),
+            role: meta.role,
+            app_id: None,
+            executor_id: None,
+            stage_id: None,
+            start_time: Some(start),
+            end_time: Some(end),
+        }
+    }
+
+    pub(super) fn extend_time(&mut self, start: SystemTime, end: SystemTime) {
+        let start = self.start_time.map_or(start, |s| s.min(start));
+        let end = self.end_time.map_or(end, |e| e.max(end));
+        self.start_time = Some(start);
+        self.end_time = Some(end);
+        self.start = timestamp(start);
+        self.end = timestamp(end);
+    }
+
+    /// Title of the file's flame graph.
+    pub fn title(&self) -> String {
+        let who = match (&self.process, self.pid) {
+            (Some(name), Some(pid)) => format!("{name} [{pid}]"),
+            (Some(name), None) => name.clone(),
+            _ => self.path.clone(),
+        };
+        let kind = match self.kind {
+            ProfileKind::Cpu => "on-CPU",
+        };
+        format!("sparkprof {kind}: {who}")
+    }
+}
+
+/// The whole index.
+#[derive(Debug, Serialize)]
+pub struct Index {
+    pub version: u32,
+    #[serde(flatten)]
+    pub header: Header,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub files: Vec<FileEntry>,
+}
+
+impl Index {
+    pub fn new(
+        header: &Header,
+        start: Option<SystemTime>,
+        end: Option<SystemTime>,
+        files: Vec<FileEntry>,
+    ) -> Self {
+        Self {
+            version: INDEX_VERSION,
+            header: header.clone(),
+            start: start.map(timestamp),
+            end: end.map(timestamp),
+            files,
+        }
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("index serializes");
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+/// RFC 3339 UTC with milliseconds.
+pub fn timestamp(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
