@@ -1,1 +1,374 @@
+//! Shared harness of sparkprof's integration tests.
+//!
+//! The tests run the real release binary (`SPARKPROF_BIN`, set by
+//! `cargo xtask test`) as root against real workloads compiled here with the
+//! machine's C compiler. Whatever they need and cannot find makes them fail,
+//! loudly: nothing is skipped.
 
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Panics unless running as root: these tests load eBPF programs.
+pub fn require_root() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "integration tests must run as root (they load eBPF programs); run `cargo xtask test` as root"
+    );
+}
+
+/// The sparkprof binary under test.
+pub fn sparkprof_bin() -> PathBuf {
+    let path = std::env::var_os("SPARKPROF_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/sparkprof")
+        });
+    assert!(
+        path.exists(),
+        "sparkprof binary not found at {} (run `cargo xtask test`)",
+        path.display()
+    );
+    path
+}
+
+/// Compiles `workloads/<name>.c` with frame pointers and no inlining into `dir`.
+pub fn build_workload(name: &str, dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("workloads")
+        .join(format!("{name}.c"));
+    let binary = dir.join(name);
+    let status = Command::new("cc")
+        .args([
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-fno-inline",
+            "-pthread",
+            "-o",
+        ])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .expect("a C compiler (cc) is required by the integration tests");
+    assert!(status.success(), "compiling {} failed", source.display());
+    binary
+}
+
+/// A running `sparkprof record`.
+pub struct Recorder {
+    child: Child,
+    dir: TempDir,
+    stderr: mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+/// A finished recording.
+pub struct Recording {
+    pub dir: TempDir,
+    pub status: ExitStatus,
+    pub log: String,
+    pub index: Value,
+}
+
+/// One line of a folded file.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub frames: Vec<String>,
+    pub count: u64,
+}
+
+impl Recorder {
+    /// Starts `sparkprof record -o <tempdir> ARGS` and waits until it samples.
+    pub fn start(args: &[&str]) -> Self {
+        require_root();
+        let dir = tempfile::Builder::new()
+            .prefix("sparkprof-test-")
+            .tempdir()
+            .unwrap();
+        let mut child = Command::new(sparkprof_bin())
+            .arg("record")
+            .arg("--output")
+            .arg(dir.path())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sparkprof");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut recorder = Self {
+            child,
+            dir,
+            stderr: rx,
+            log: Vec::new(),
+        };
+        recorder.wait_for_log("recording on", Duration::from_secs(60));
+        recorder
+    }
+
+    fn wait_for_log(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.stderr.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    self.log.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        panic!(
+                            "sparkprof exited ({status}) before sampling:\n{}",
+                            self.drain_log()
+                        );
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "sparkprof closed stderr before sampling:\n{}",
+                        self.log.join("\n")
+                    )
+                }
+            }
+        }
+        panic!(
+            "sparkprof did not start sampling within {timeout:?}:\n{}",
+            self.log.join("\n")
+        );
+    }
+
+    fn drain_log(&mut self) -> String {
+        while let Ok(line) = self.stderr.recv_timeout(Duration::from_millis(200)) {
+            self.log.push(line);
+        }
+        self.log.join("\n")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the recording to end by itself.
+    pub fn wait(mut self) -> Recording {
+        let status = self.child.wait().unwrap();
+        self.finish(status)
+    }
+
+    /// Sends `signal` and waits for the flush and exit.
+    pub fn stop_with(mut self, signal: i32) -> Recording {
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let status = self.child.wait().unwrap();
+        self.finish(status)
+    }
+
+    fn finish(mut self, status: ExitStatus) -> Recording {
+        let log = self.drain_log();
+        let index_path = self.dir.path().join("index.json");
+        let index = std::fs::read(&index_path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or(Value::Null);
+        Recording {
+            dir: self.dir,
+            status,
+            log,
+            index,
+        }
+    }
+}
+
+impl Recording {
+    /// Asserts a clean exit with an index.
+    pub fn assert_ok(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "sparkprof failed ({}):\n{}",
+            self.status,
+            self.log
+        );
+        assert!(self.index.is_object(), "no valid index.json:\n{}", self.log);
+        self
+    }
+
+    /// index.json entries.
+    pub fn files(&self) -> Vec<&Value> {
+        self.index["files"]
+            .as_array()
+            .map(|a| a.iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Entries of one process.
+    pub fn files_of(&self, pid: u32) -> Vec<&Value> {
+        self.files()
+            .into_iter()
+            .filter(|f| f["pid"].as_u64() == Some(u64::from(pid)))
+            .collect()
+    }
+
+    /// The stacks of an index entry's folded file.
+    pub fn stacks(&self, entry: &Value) -> Vec<Stack> {
+        let path = self
+            .dir
+            .path()
+            .join(entry["path"].as_str().expect("entry has a path"));
+        parse_folded(
+            &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        )
+    }
+
+    /// All stacks of one process.
+    pub fn stacks_of(&self, pid: u32) -> Vec<Stack> {
+        self.files_of(pid)
+            .into_iter()
+            .flat_map(|f| self.stacks(f))
+            .collect()
+    }
+}
+
+/// Parses folded text; panics on a malformed line (our output must be valid).
+pub fn parse_folded(text: &str) -> Vec<Stack> {
+    text.lines()
+        .map(|line| {
+            let (stack, count) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("malformed folded line {line:?}"));
+            Stack {
+                frames: stack.split(';').map(str::to_owned).collect(),
+                count: count
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad count in {line:?}")),
+            }
+        })
+        .collect()
+}
+
+/// True when `wanted` occur in `frames` in this order (other frames may sit between).
+pub fn contains_in_order(frames: &[String], wanted: &[&str]) -> bool {
+    let mut wanted = wanted.iter().peekable();
+    for frame in frames {
+        if wanted.peek().is_some_and(|w| frame == *w) {
+            wanted.next();
+        }
+    }
+    wanted.peek().is_none()
+}
+
+/// A workload process.
+pub struct Workload {
+    child: Option<Child>,
+}
+
+impl Workload {
+    pub fn start(binary: &Path, args: &[&str]) -> Self {
+        let child = Command::new(binary)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
+        Self { child: Some(child) }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Waits for the workload; returns its stdout.
+    pub fn wait(mut self) -> String {
+        let output = self
+            .child
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "workload failed: {}",
+            output.status
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits for a `chain` workload and returns the CPU seconds it reported.
+    pub fn wait_cpu_seconds(self) -> f64 {
+        let out = self.wait();
+        out.lines()
+            .find_map(|l| l.strip_prefix("cpu_seconds="))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no cpu_seconds in {out:?}"))
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Reads a sysctl under /proc/sys.
+pub fn read_sysctl(name: &str) -> String {
+    std::fs::read_to_string(Path::new("/proc/sys").join(name))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Writes a sysctl, retrying while the kernel says EBUSY (perf_event_max_stack
+/// is busy until the BPF stack maps of a finished recording are freed).
+pub fn write_sysctl(name: &str, value: &str) -> std::io::Result<()> {
+    for _ in 0..60 {
+        match std::fs::write(Path::new("/proc/sys").join(name), value) {
+            Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
+                thread::sleep(Duration::from_millis(50))
+            }
+            result => return result,
+        }
+    }
+    std::fs::write(Path::new("/proc/sys").join(name), value)
+}
+
+/// Sets a sysctl for the guard's lifetime.
+pub struct SysctlGuard {
+    name: &'static str,
+    original: String,
+}
+
+impl SysctlGuard {
+    pub fn set(name: &'static str, value: &str) -> Self {
+        let original = read_sysctl(name);
+        write_sysctl(name, value).unwrap_or_else(|e| panic!("set {name}: {e}"));
+        Self { name, original }
+    }
+}
+
+impl Drop for SysctlGuard {
+    fn drop(&mut self) {
+        let _ = write_sysctl(self.name, &self.original);
+    }
+}

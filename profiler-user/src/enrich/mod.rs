@@ -9,7 +9,7 @@
 
 use std::{collections::HashMap, fs, sync::Arc};
 
-use crate::collect::{Drain, RawSample};
+use crate::collect::{Drain, RawSample, RawStack};
 
 /// `PF_KTHREAD` in the flags field of /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -58,28 +58,43 @@ impl Enricher {
     }
 
     /// Identifies the processes and threads of a drain.
+    ///
+    /// Samples are matched against the cache first: a process that exited
+    /// after being counted keeps the identity it had while it ran. Only then
+    /// are exits detected, and reported so later stages evict after using
+    /// what they cached for this drain.
     pub fn enrich(&mut self, drain: Drain) -> EnrichedDrain {
-        let mut exited = Vec::new();
-        // Forget processes that are gone or whose PID now names another process.
-        self.processes.retain(|pid, info| {
-            let alive = read_stat(*pid).is_some_and(|stat| stat.start_ticks == info.start_ticks);
-            if !alive {
-                exited.push(info.clone());
+        // Processes first seen in this drain and already gone: name them after
+        // their main thread's comm if it was sampled.
+        let mut leader_comms: HashMap<u32, String> = HashMap::new();
+        for raw in &drain.samples {
+            if raw.tid == raw.tgid {
+                leader_comms
+                    .entry(raw.tgid)
+                    .or_insert_with(|| raw.comm.clone());
             }
-            alive
-        });
-
+        }
+        let mut gone: HashMap<u32, Arc<ProcessInfo>> = HashMap::new();
         let mut samples = Vec::with_capacity(drain.samples.len());
         for raw in drain.samples {
-            let process = match self.processes.get(&raw.tgid) {
+            let process = match self
+                .processes
+                .get(&raw.tgid)
+                .or_else(|| gone.get(&raw.tgid))
+            {
                 Some(info) => info.clone(),
-                None => {
-                    let info = Arc::new(read_process(raw.tgid, &raw));
-                    if info.start_ticks != 0 {
+                None => match read_process(raw.tgid) {
+                    Some(info) => {
+                        let info = Arc::new(info);
                         self.processes.insert(raw.tgid, info.clone());
+                        info
                     }
-                    info
-                }
+                    None => {
+                        let info = Arc::new(exited_process(&raw, leader_comms.get(&raw.tgid)));
+                        gone.insert(raw.tgid, info.clone());
+                        info
+                    }
+                },
             };
             let thread_name = raw.comm.clone();
             samples.push(EnrichedSample {
@@ -88,6 +103,16 @@ impl Enricher {
                 thread_name,
             });
         }
+
+        // Forget processes that are gone or whose PID now names another process.
+        let mut exited: Vec<Arc<ProcessInfo>> = gone.into_values().collect();
+        self.processes.retain(|pid, info| {
+            let alive = read_stat(*pid).is_some_and(|stat| stat.start_ticks == info.start_ticks);
+            if !alive {
+                exited.push(info.clone());
+            }
+            alive
+        });
         EnrichedDrain {
             start: drain.start,
             end: drain.end,
@@ -118,29 +143,29 @@ fn read_stat(pid: u32) -> Option<Stat> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-fn read_process(pid: u32, sample: &RawSample) -> ProcessInfo {
-    let name = fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim_end_matches('\n').to_owned());
-    match (read_stat(pid), name) {
-        (Some(stat), Ok(name)) => ProcessInfo {
-            pid,
-            start_ticks: stat.start_ticks,
-            name,
-            kernel_thread: stat.flags & PF_KTHREAD != 0,
+fn read_process(pid: u32) -> Option<ProcessInfo> {
+    let stat = read_stat(pid)?;
+    let name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(ProcessInfo {
+        pid,
+        start_ticks: stat.start_ticks,
+        name: name.trim_end_matches('\n').to_owned(),
+        kernel_thread: stat.flags & PF_KTHREAD != 0,
+    })
+}
+
+/// A process that exited before it could be read from /proc: named after its
+/// main thread's comm when that thread was sampled, else marked as exited.
+fn exited_process(sample: &RawSample, leader_comm: Option<&String>) -> ProcessInfo {
+    ProcessInfo {
+        pid: sample.tgid,
+        start_ticks: 0,
+        name: match leader_comm {
+            Some(comm) => comm.clone(),
+            None => format!("[exited] {}", sample.comm),
         },
-        // Exited before we looked: the sample's own comm is the best name we
-        // have (it is the process's name when the sampled thread is the leader).
-        _ => ProcessInfo {
-            pid,
-            start_ticks: 0,
-            name: if sample.tid == pid {
-                sample.comm.clone()
-            } else {
-                format!("[exited] {}", sample.comm)
-            },
-            kernel_thread: matches!(sample.user, crate::collect::RawStack::Absent)
-                && !matches!(sample.kernel, crate::collect::RawStack::Absent),
-        },
+        kernel_thread: matches!(sample.user, RawStack::Absent)
+            && !matches!(sample.kernel, RawStack::Absent),
     }
 }
 

@@ -25,6 +25,23 @@ pub fn write(name: &str, value: &str) -> io::Result<()> {
     fs::write(path(name), value)
 }
 
+/// Writes a sysctl, retrying for up to two seconds while the kernel answers
+/// EBUSY. `kernel.perf_event_max_stack` is busy while any stack map or
+/// callchain perf event exists, and the kernel frees BPF maps asynchronously,
+/// so right after our maps are closed the write can still be refused.
+pub fn write_retrying_busy(name: &str, value: &str) -> io::Result<()> {
+    let mut attempts = 0;
+    loop {
+        match write(name, value) {
+            Err(err) if err.raw_os_error() == Some(libc::EBUSY) && attempts < 40 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// A sysctl raised for the lifetime of this value; the original is written
 /// back on drop (normal exit, error, signal-driven shutdown or panic unwind).
 #[derive(Debug)]
@@ -42,7 +59,7 @@ impl RaisedSysctl {
         if current >= value {
             return Ok(None);
         }
-        write(name, &value.to_string())?;
+        write_retrying_busy(name, &value.to_string())?;
         info!("{name}: raised from {current} to {value} for this recording");
         Ok(Some(Self { name, original }))
     }
@@ -50,7 +67,7 @@ impl RaisedSysctl {
 
 impl Drop for RaisedSysctl {
     fn drop(&mut self) {
-        match write(self.name, &self.original) {
+        match write_retrying_busy(self.name, &self.original) {
             Ok(()) => info!("{}: restored to {}", self.name, self.original),
             Err(err) => warn!("{}: could not restore {}: {err}", self.name, self.original),
         }

@@ -88,10 +88,6 @@ impl Symbolizer {
 
     /// Names every frame of a drain.
     pub fn symbolize(&mut self, drain: EnrichedDrain) -> SymbolizedDrain {
-        for process in &drain.exited {
-            self.native.evict(process);
-        }
-
         // Resolve each process's user addresses in one batch, and all kernel
         // addresses in another, before building stacks.
         let mut user_batches: std::collections::HashMap<u32, (Arc<ProcessInfo>, Vec<u64>)> =
@@ -127,6 +123,10 @@ impl Symbolizer {
                 }
             })
             .collect();
+        // Exited processes' last samples are named; now their caches can go.
+        for process in &drain.exited {
+            self.native.evict(process);
+        }
         SymbolizedDrain {
             start: drain.start,
             end: drain.end,

@@ -1,0 +1,72 @@
+//! `sparkprof doctor` reports the host's facts and every JVM's frame-pointer flag.
+
+use std::{process::Command, time::Duration};
+
+use sparkprof_tests::{read_sysctl, require_root, sparkprof_bin};
+
+#[test]
+fn doctor_reports_host_facts_and_jvms() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("Idle.java");
+    std::fs::write(&source, "public class Idle { public static void main(String[] a) throws Exception { Thread.sleep(60000); } }").unwrap();
+    let java = |flag: &str| {
+        Command::new("java")
+            .arg(flag)
+            .arg(&source)
+            .spawn()
+            .expect("java (a JDK) is required by the integration tests")
+    };
+    let mut with_fp = java("-XX:+PreserveFramePointer");
+    let mut without_fp = java("-Xmx64m");
+    // Wait until both JVMs have mapped libjvm.so.
+    let mapped = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .contains("libjvm.so")
+    };
+    for _ in 0..100 {
+        if mapped(with_fp.id()) && mapped(without_fp.id()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let output = Command::new(sparkprof_bin())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let _ = with_fp.kill();
+    let _ = without_fp.kill();
+    let _ = with_fp.wait();
+    let _ = without_fp.wait();
+    assert!(output.status.success());
+    let report = String::from_utf8_lossy(&output.stdout);
+    let value = |key: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{key} missing from:\n{report}"))
+            .to_owned()
+    };
+    assert!(value("kernel").contains(&read_sysctl("kernel/osrelease")));
+    assert!(value("btf").contains("yes"));
+    assert!(value("perf_event_paranoid").contains(&read_sysctl("kernel/perf_event_paranoid")));
+    assert!(value("kptr_restrict").contains(&read_sysctl("kernel/kptr_restrict")));
+    assert!(value("perf_event_max_stack").contains(&read_sysctl("kernel/perf_event_max_stack")));
+    assert!(value("tracefs").len() > "tracefs".len());
+    assert!(value("capabilities").contains("CAP_BPF"));
+    assert!(value("can record").contains("yes"));
+    let jvm_line = |pid: u32| {
+        report
+            .lines()
+            .find(|l| l.contains(&format!("pid {pid} ")))
+            .map(str::to_owned)
+    };
+    let with =
+        jvm_line(with_fp.id()).unwrap_or_else(|| panic!("JVM {} missing:\n{report}", with_fp.id()));
+    let without = jvm_line(without_fp.id())
+        .unwrap_or_else(|| panic!("JVM {} missing:\n{report}", without_fp.id()));
+    assert!(with.contains("full Java stacks"), "{with}");
+    assert!(without.contains("add the flag"), "{without}");
+}

@@ -1,0 +1,71 @@
+//! `--pid` narrows sampling to the given processes; SIGINT and SIGTERM stop a
+//! recording with everything counted so far written out.
+
+use sparkprof_tests::{Recorder, Workload, build_workload};
+
+#[test]
+fn pid_filter_samples_only_the_given_process() {
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let wanted = Workload::start(&chain, &["4", "1"]);
+    let other = Workload::start(&chain, &["4", "1"]);
+    let wanted_pid = wanted.pid().to_string();
+    let recorder = Recorder::start(&["--duration", "2", "--pid", &wanted_pid]);
+    let recording = recorder.wait();
+    recording.assert_ok();
+    let pids: Vec<u64> = recording
+        .files()
+        .iter()
+        .filter_map(|f| f["pid"].as_u64())
+        .collect();
+    assert_eq!(
+        pids,
+        vec![u64::from(wanted.pid())],
+        "only the filtered process is profiled: {:#?}",
+        recording.files()
+    );
+    assert!(recording.files_of(other.pid()).is_empty());
+    assert!(
+        recording.index["stats"]["filtered"].as_u64().unwrap() > 0,
+        "other samples were filtered in the kernel"
+    );
+    let samples = recording.files_of(wanted.pid())[0]["samples"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        samples > 100,
+        "the filtered process was sampled ({samples})"
+    );
+}
+
+fn stops_and_flushes_on(signal: i32) {
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let recorder = Recorder::start(&[]); // no --duration: until a signal
+    let workload = Workload::start(&chain, &["2", "1"]);
+    let pid = workload.pid();
+    workload.wait_cpu_seconds();
+    // The workload's samples are now counted in the kernel, maybe not drained.
+    let recording = recorder.stop_with(signal);
+    recording.assert_ok();
+    let samples: u64 = recording
+        .files_of(pid)
+        .iter()
+        .map(|f| f["samples"].as_u64().unwrap())
+        .sum();
+    assert!(
+        samples >= 150,
+        "after the signal the workload's ~198 samples were written, got {samples}:\n{}",
+        recording.log
+    );
+}
+
+#[test]
+fn sigint_writes_what_was_counted() {
+    stops_and_flushes_on(libc::SIGINT);
+}
+
+#[test]
+fn sigterm_writes_what_was_counted() {
+    stops_and_flushes_on(libc::SIGTERM);
+}

@@ -1,0 +1,137 @@
+//! The on-CPU sampler end to end: a workload with a known call chain,
+//! sampled system-wide, must show the whole chain, the right thread and
+//! about frequency x CPU time samples; kernel frames must be named.
+
+use sparkprof_tests::{Recorder, Workload, build_workload, contains_in_order};
+
+const CHAIN: &[&str] = &[
+    "chain_worker_thread",
+    "sparkprof_level_one",
+    "sparkprof_level_two",
+    "sparkprof_hot_leaf",
+];
+
+#[test]
+fn system_wide_samples_carry_the_full_chain_and_the_expected_count() {
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let recorder = Recorder::start(&["--duration", "8", "--frequency", "99"]);
+    let workload = Workload::start(&chain, &["3", "2"]);
+    let pid = workload.pid();
+    let cpu_seconds = workload.wait_cpu_seconds();
+    let recording = recorder.wait();
+    recording.assert_ok();
+
+    let files = recording.files_of(pid);
+    assert_eq!(
+        files.len(),
+        1,
+        "one file for the workload process: {:#?}",
+        recording.files()
+    );
+    let entry = files[0];
+    assert_eq!(entry["kind"], "cpu");
+    assert!(
+        entry["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("processes/chain-")
+    );
+    let svg = recording.dir.path().join(entry["svg"].as_str().unwrap());
+    assert!(
+        std::fs::read_to_string(&svg)
+            .unwrap()
+            .contains("sparkprof_hot_leaf"),
+        "SVG shows the hot function"
+    );
+
+    let stacks = recording.stacks(entry);
+    let total: u64 = stacks.iter().map(|s| s.count).sum();
+    assert_eq!(
+        Some(total),
+        entry["samples"].as_u64(),
+        "index sample count matches the file"
+    );
+    let worker: Vec<_> = stacks
+        .iter()
+        .filter(|s| s.frames[1] == "chainworker")
+        .collect();
+    let worker_total: u64 = worker.iter().map(|s| s.count).sum();
+    let with_chain: u64 = worker
+        .iter()
+        .filter(|s| contains_in_order(&s.frames, CHAIN))
+        .map(|s| s.count)
+        .sum();
+    assert!(
+        worker_total > 0,
+        "no samples of the worker threads: {stacks:#?}"
+    );
+    let share = with_chain as f64 / worker_total as f64;
+    assert!(
+        share >= 0.90,
+        "only {:.1}% of worker samples carry the full chain: {stacks:#?}",
+        share * 100.0
+    );
+    for stack in &stacks {
+        assert_eq!(
+            stack.frames[0],
+            format!("chain [{pid}]"),
+            "process frame first"
+        );
+    }
+
+    let expected = 99.0 * cpu_seconds;
+    let error = (total as f64 - expected).abs() / expected;
+    assert!(
+        error <= 0.20,
+        "{total} samples for {cpu_seconds:.2} CPU seconds at 99 Hz (expected about {expected:.0}, off by {:.1}%)",
+        error * 100.0
+    );
+}
+
+#[test]
+fn kernel_frames_are_named_and_marked() {
+    let work = tempfile::tempdir().unwrap();
+    let syscalls = build_workload("syscalls", work.path());
+    let recorder = Recorder::start(&["--duration", "5"]);
+    let workload = Workload::start(&syscalls, &["2"]);
+    let pid = workload.pid();
+    workload.wait();
+    let recording = recorder.wait();
+    recording.assert_ok();
+    let stacks = recording.stacks_of(pid);
+    let total: u64 = stacks.iter().map(|s| s.count).sum();
+    let in_write: u64 = stacks
+        .iter()
+        .filter(|s| {
+            // Frame-pointer unwinding from inside libc's write (which keeps no
+            // frame pointer) skips its caller, so the chain reads main -> write.
+            let user_then_kernel = contains_in_order(&s.frames, &["main"]);
+            let kernel_write = s
+                .frames
+                .iter()
+                .any(|f| f.ends_with("_[k]") && f.contains("write"));
+            user_then_kernel && kernel_write
+        })
+        .map(|s| s.count)
+        .sum();
+    assert!(
+        total > 50,
+        "too few samples ({total}) of the syscall workload"
+    );
+    assert!(
+        in_write as f64 >= 0.5 * total as f64,
+        "only {in_write} of {total} samples show main calling a named kernel write path: {stacks:#?}"
+    );
+    // Kernel frames come after (below) every user frame.
+    for stack in &stacks {
+        if let Some(first_kernel) = stack.frames.iter().position(|f| f.ends_with("_[k]")) {
+            assert!(
+                stack.frames[first_kernel..]
+                    .iter()
+                    .all(|f| f.ends_with("_[k]")),
+                "kernel frames are the leaf end: {stack:?}"
+            );
+        }
+    }
+}

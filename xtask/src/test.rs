@@ -1,0 +1,67 @@
+//! `cargo xtask test`: every test, on the real kernel.
+//!
+//! Order: lints, unit tests of every library crate, then the integration
+//! suite in `tests/`, which runs the release `sparkprof` binary as root
+//! against real workloads, one test at a time (they sample the whole host
+//! and change sysctls). A missing component (root, BPF, java, a C
+//! compiler) fails the run; nothing is skipped.
+
+use anyhow::{Result, bail};
+
+use crate::{build, pinned_cargo, run_cmd, toolchain};
+
+/// Library crates with unit tests.
+const UNIT_CRATES: &[&str] = &["profiler-common", "profiler-user", "perf-maps"];
+
+pub fn run(args: &[String]) -> Result<()> {
+    if unsafe { libc_geteuid() } != 0 {
+        bail!("the test suite loads eBPF programs into the kernel and must run as root (CI does)");
+    }
+    // Components the tests use: a C compiler and a JDK.
+    toolchain::apt_install(&["gcc", "libc6-dev", "openjdk-17-jdk-headless"])?;
+    let binary = build()?;
+    lint()?;
+
+    let mut unit = pinned_cargo();
+    unit.args(["test", "--release", "--locked"]);
+    for krate in UNIT_CRATES {
+        unit.args(["-p", krate]);
+    }
+    run_cmd(&mut unit)?;
+
+    let mut integration = pinned_cargo();
+    integration
+        .args([
+            "test",
+            "--release",
+            "--locked",
+            "-p",
+            "sparkprof-tests",
+            "--",
+            "--test-threads=1",
+        ])
+        .args(args)
+        .env("SPARKPROF_BIN", &binary);
+    run_cmd(&mut integration)
+}
+
+/// `cargo fmt --check` and `cargo clippy -D warnings` over the host crates
+/// and the eBPF crate.
+pub fn lint() -> Result<()> {
+    run_cmd(pinned_cargo().args(["fmt", "--all", "--check"]))?;
+    run_cmd(pinned_cargo().args([
+        "clippy",
+        "--release",
+        "--locked",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    Ok(())
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
