@@ -9,7 +9,7 @@ use std::{
 
 use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats},
@@ -23,6 +23,8 @@ use crate::{
 pub const MAX_STACK_SYSCTL: &str = "kernel/perf_event_max_stack";
 /// The deepest stack sparkprof asks for.
 pub const MAX_STACK_DEPTH_LIMIT: u32 = 4_096;
+/// Pause between attempts to write the final output.
+const WRITE_RETRY_PERIOD: Duration = Duration::from_secs(2);
 /// Memory budget of one stack map (there are two, double-buffered).
 const STACK_MAP_BUDGET_BYTES: u64 = 64 << 20;
 
@@ -43,6 +45,8 @@ pub struct RecordOptions {
     pub flush_interval: Duration,
     /// Override the stack map size.
     pub stack_map_entries: Option<u32>,
+    /// How long to keep retrying the final write when it fails.
+    pub write_retry: Duration,
 }
 
 /// Why a recording could not run or finish.
@@ -112,6 +116,40 @@ impl Pipeline {
                 self.writer.add(drain);
             }
             Err(err) => warn!("drain failed, retrying next interval: {err}"),
+        }
+    }
+}
+
+/// Writes the output, retrying while it fails (a full disk, a read-only
+/// mount) for up to `retry_for`: the profile is only in memory, and losing it
+/// to a transient condition is worse than waiting. A signal gives up.
+async fn final_flush(
+    writer: &mut Writer,
+    header: &Header,
+    retry_for: Duration,
+    sigint: &mut tokio::signal::unix::Signal,
+    sigterm: &mut tokio::signal::unix::Signal,
+) -> Result<usize, RecordError> {
+    let deadline = Instant::now() + retry_for;
+    loop {
+        let err = match writer.flush(header) {
+            Ok(files) => return Ok(files),
+            Err(err) => err,
+        };
+        if Instant::now() >= deadline {
+            return Err(RecordError::Write(err));
+        }
+        error!(
+            "cannot write {}: {err}; retrying every {}s for up to {}s (the profile is held in memory; \
+             free space or send SIGINT/SIGTERM again to give up)",
+            writer.dir().display(),
+            WRITE_RETRY_PERIOD.as_secs(),
+            retry_for.as_secs()
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(WRITE_RETRY_PERIOD) => {}
+            _ = sigint.recv() => return Err(RecordError::Write(err)),
+            _ = sigterm.recv() => return Err(RecordError::Write(err)),
         }
     }
 }
@@ -212,11 +250,16 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     }
     pipeline.step();
     let stats = pipeline.collector.stats();
-    let files = pipeline
-        .writer
-        .flush(&header(stats))
-        .map_err(RecordError::Write)?;
+    // Stop sampling before a possibly long wait for disk space.
     drop(pipeline.collector);
+    let files = final_flush(
+        &mut pipeline.writer,
+        &header(stats),
+        options.write_retry,
+        &mut sigint,
+        &mut sigterm,
+    )
+    .await?;
     Ok(Summary {
         output: options.output,
         files,

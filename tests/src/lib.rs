@@ -68,14 +68,16 @@ pub fn build_workload(name: &str, dir: &Path) -> PathBuf {
 /// A running `sparkprof record`.
 pub struct Recorder {
     child: Child,
-    dir: TempDir,
+    dir: PathBuf,
+    tmp: Option<TempDir>,
     stderr: mpsc::Receiver<String>,
     log: Vec<String>,
 }
 
 /// A finished recording.
 pub struct Recording {
-    pub dir: TempDir,
+    dir: PathBuf,
+    _tmp: Option<TempDir>,
     pub status: ExitStatus,
     pub log: String,
     pub index: Value,
@@ -91,15 +93,21 @@ pub struct Stack {
 impl Recorder {
     /// Starts `sparkprof record -o <tempdir> ARGS` and waits until it samples.
     pub fn start(args: &[&str]) -> Self {
-        require_root();
-        let dir = tempfile::Builder::new()
+        let tmp = tempfile::Builder::new()
             .prefix("sparkprof-test-")
             .tempdir()
             .unwrap();
+        let dir = tmp.path().to_path_buf();
+        Self::start_in(dir, Some(tmp), args)
+    }
+
+    /// Starts `sparkprof record -o DIR ARGS` and waits until it samples.
+    pub fn start_in(dir: PathBuf, tmp: Option<TempDir>, args: &[&str]) -> Self {
+        require_root();
         let mut child = Command::new(sparkprof_bin())
             .arg("record")
             .arg("--output")
-            .arg(dir.path())
+            .arg(&dir)
             .args(args)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -119,6 +127,7 @@ impl Recorder {
         let mut recorder = Self {
             child,
             dir,
+            tmp,
             stderr: rx,
             log: Vec::new(),
         };
@@ -126,7 +135,8 @@ impl Recorder {
         recorder
     }
 
-    fn wait_for_log(&mut self, needle: &str, timeout: Duration) {
+    /// Waits until sparkprof logs a line containing `needle`.
+    pub fn wait_for_log(&mut self, needle: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             match self.stderr.recv_timeout(Duration::from_millis(100)) {
@@ -170,6 +180,11 @@ impl Recorder {
         self.child.id()
     }
 
+    /// The output directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Waits for the recording to end by itself.
     pub fn wait(mut self) -> Recording {
         let status = self.child.wait().unwrap();
@@ -185,13 +200,14 @@ impl Recorder {
 
     fn finish(mut self, status: ExitStatus) -> Recording {
         let log = self.drain_log();
-        let index_path = self.dir.path().join("index.json");
+        let index_path = self.dir.join("index.json");
         let index = std::fs::read(&index_path)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or(Value::Null);
         Recording {
             dir: self.dir,
+            _tmp: self.tmp,
             status,
             log,
             index,
@@ -200,6 +216,11 @@ impl Recorder {
 }
 
 impl Recording {
+    /// The output directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Asserts a clean exit with an index.
     pub fn assert_ok(&self) -> &Self {
         assert!(
@@ -232,7 +253,6 @@ impl Recording {
     pub fn stacks(&self, entry: &Value) -> Vec<Stack> {
         let path = self
             .dir
-            .path()
             .join(entry["path"].as_str().expect("entry has a path"));
         parse_folded(
             &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),

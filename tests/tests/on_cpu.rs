@@ -37,7 +37,7 @@ fn system_wide_samples_carry_the_full_chain_and_the_expected_count() {
             .unwrap()
             .starts_with("processes/chain-")
     );
-    let svg = recording.dir.path().join(entry["svg"].as_str().unwrap());
+    let svg = recording.dir().join(entry["svg"].as_str().unwrap());
     assert!(
         std::fs::read_to_string(&svg)
             .unwrap()

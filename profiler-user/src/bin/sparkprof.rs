@@ -56,6 +56,9 @@ struct RecordArgs {
     /// Entries of each stack map (default: sized from CPUs, frequency and depth).
     #[arg(long)]
     stack_map_entries: Option<u32>,
+    /// Seconds to keep retrying the final write when it fails (e.g. a full disk).
+    #[arg(long, default_value_t = 60)]
+    write_retry_secs: u64,
 }
 
 fn main() -> ExitCode {
@@ -90,6 +93,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
         drain_interval: Duration::from_millis(args.drain_interval_ms.max(10)),
         flush_interval: Duration::from_secs(args.flush_interval.max(1)),
         stack_map_entries: args.stack_map_entries,
+        write_retry: Duration::from_secs(args.write_retry_secs),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -83,11 +83,7 @@ pub fn report() -> String {
         },
     );
     let caps = Capabilities::current();
-    line(
-        &mut out,
-        "capabilities",
-        format!("{}", caps.describe().join(", ")),
-    );
+    line(&mut out, "capabilities", caps.describe().join(", "));
     let missing = caps.missing_for_record();
     line(
         &mut out,
@@ -100,7 +96,7 @@ pub fn report() -> String {
     );
 
     let jvms = jvms();
-    line(&mut out, "JVMs", format!("{}", jvms.len()));
+    line(&mut out, "JVMs", jvms.len().to_string());
     for jvm in jvms {
         let fp = if jvm.preserve_frame_pointer {
             "-XX:+PreserveFramePointer: full Java stacks".to_owned()
