@@ -108,14 +108,29 @@ struct Pipeline {
 }
 
 impl Pipeline {
+    /// One drain through every stage.
     fn step(&mut self) {
         match self.collector.drain() {
-            Ok(drain) => {
-                let drain = self.enricher.enrich(drain);
-                let drain = self.symbolizer.symbolize(drain);
-                self.writer.add(drain);
-            }
+            Ok(drain) => self.process(drain),
             Err(err) => warn!("drain failed, retrying next interval: {err}"),
+        }
+    }
+
+    fn process(&mut self, drain: crate::collect::Drain) {
+        let drain = self.enricher.enrich(drain);
+        let drain = self.symbolizer.symbolize(drain);
+        self.writer.add(drain);
+    }
+
+    /// Stops sampling and takes in everything still in the kernel.
+    fn finish(&mut self) {
+        match self.collector.finish() {
+            Ok(drains) => drains.into_iter().for_each(|drain| self.process(drain)),
+            Err(err) => {
+                warn!("stopping the sampler failed ({err}); draining what is there");
+                self.step();
+                self.step();
+            }
         }
     }
 }
@@ -248,9 +263,9 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             _ = until_deadline => break,
         }
     }
-    pipeline.step();
+    pipeline.finish();
     let stats = pipeline.collector.stats();
-    // Stop sampling before a possibly long wait for disk space.
+    // Free the kernel maps before a possibly long wait for disk space.
     drop(pipeline.collector);
     let files = final_flush(
         &mut pipeline.writer,

@@ -48,6 +48,20 @@ fn stops_and_flushes_on(signal: i32) {
     // The workload's samples are now counted in the kernel, maybe not drained.
     let recording = recorder.stop_with(signal);
     recording.assert_ok();
+    // Every sample the kernel counted is in a file.
+    let stats = &recording.index["stats"];
+    let counted = ["samples", "idle", "filtered", "dropped_count_map_full"]
+        .map(|k| stats[k].as_u64().unwrap());
+    let written: u64 = recording
+        .files()
+        .iter()
+        .map(|f| f["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        written,
+        counted[0] - counted[1] - counted[2] - counted[3],
+        "stats: {stats}"
+    );
     let samples: u64 = recording
         .files_of(pid)
         .iter()

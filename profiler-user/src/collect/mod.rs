@@ -130,8 +130,9 @@ pub struct KernelStats {
 
 /// The loaded, attached sampler.
 pub struct Collector {
-    // Keeps programs and links alive.
-    _ebpf: Ebpf,
+    // Owns the programs and their perf-event links.
+    ebpf: Ebpf,
+    links: Vec<aya::programs::perf_event::PerfEventLinkId>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     active: u32,
     buffer_started: SystemTime,
@@ -205,8 +206,9 @@ impl Collector {
         // busy CPU from the first sample (frequency mode converges slowly).
         let period_ns = (1_000_000_000 / config.frequency_hz.max(1)).max(1);
         let cpus = online_cpus().map_err(|(what, err)| CollectError::OnlineCpus(what, err))?;
+        let mut links = Vec::with_capacity(cpus.len());
         for cpu in cpus {
-            program
+            let link = program
                 .attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
                     PerfEventScope::AllProcessesOneCpu { cpu },
@@ -229,6 +231,7 @@ impl Collector {
                     }
                     _ => program_error(source),
                 })?;
+            links.push(link);
         }
         debug!(
             period_ns,
@@ -237,7 +240,8 @@ impl Collector {
         );
 
         Ok(Self {
-            _ebpf: ebpf,
+            ebpf,
+            links,
             logger,
             active: 0,
             buffer_started: SystemTime::now(),
@@ -313,6 +317,25 @@ impl Collector {
             end,
             samples,
         })
+    }
+
+    /// Stops sampling (detaches from every CPU), then drains both buffers:
+    /// after this, every sample the kernel counted has been handed over.
+    pub fn finish(&mut self) -> Result<Vec<Drain>, CollectError> {
+        let program_error = |source| CollectError::Program {
+            name: names::PROGRAM_ON_CPU,
+            source,
+        };
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut(names::PROGRAM_ON_CPU)
+            .ok_or(CollectError::MissingProgram(names::PROGRAM_ON_CPU))?
+            .try_into()
+            .map_err(program_error)?;
+        for link in self.links.drain(..) {
+            program.detach(link).map_err(program_error)?;
+        }
+        Ok(vec![self.drain()?, self.drain()?])
     }
 
     fn stack(&self, buffer: usize, id: i32, cache: &mut StdHashMap<i32, RawStack>) -> RawStack {
