@@ -1,0 +1,313 @@
+//! Where a process's perf map is, and who owns the process.
+//!
+//! A runtime writes `/tmp/perf-<pid>.map` using *its own* view: its mount
+//! namespace's `/tmp` and its PID as seen in its own PID namespace. From the
+//! host, a containerised process's map is therefore
+//! `/proc/PID/root/tmp/perf-<nspid>.map`, where nspid is the last (innermost)
+//! field of the `NStgid:` line in `/proc/PID/status`. For a process in our
+//! own namespaces this is simply `/tmp/perf-<pid>.map`, reached through the
+//! `/proc/PID/root` magic link, which also handles a chrooted process.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Errors reading `/proc/PID/...`.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// `/proc/PID` does not exist: the process has exited.
+    #[error("process {pid} does not exist")]
+    NoSuchProcess {
+        /// The PID.
+        pid: u32,
+    },
+    /// Some other error reading procfs.
+    #[error("reading /proc/{pid}/{file}: {source}")]
+    Io {
+        /// The PID.
+        pid: u32,
+        /// Which file.
+        file: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// A field we need is missing or unparsable.
+    #[error("/proc/{pid}/status: cannot parse {field}")]
+    Malformed {
+        /// The PID.
+        pid: u32,
+        /// The field.
+        field: &'static str,
+    },
+}
+
+/// A process owner. We use the **effective** ids: they are what the kernel
+/// puts on files the process creates (the fs ids follow the effective ones
+/// unless changed with `setfsuid`, which JVMs and CPython don't), and what
+/// HotSpot compares attach peers against. Real ids differ only for setuid
+/// programs, which a JVM is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Effective uid.
+    pub uid: u32,
+    /// Effective gid.
+    pub gid: u32,
+}
+
+/// The fields of `/proc/PID/status` this crate uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    /// The PID (in our namespace).
+    pub pid: u32,
+    /// `Name:` (the comm).
+    pub name: String,
+    /// First letter of `State:` (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// `NStgid:`, outermost namespace first. Kernels before 4.1 lack it; then
+    /// it is just `[pid]`.
+    pub nstgid: Vec<u32>,
+    /// `Uid:` real, effective, saved, filesystem.
+    pub uid: [u32; 4],
+    /// `Gid:` real, effective, saved, filesystem.
+    pub gid: [u32; 4],
+    /// `SigCgt:`: signals with a handler installed (bit N-1 for signal N).
+    pub sig_cgt: u64,
+}
+
+impl ProcStatus {
+    /// Reads and parses `/proc/PID/status`.
+    pub fn read(pid: u32) -> Result<Self, DiscoveryError> {
+        let text = read_proc(pid, "status")?;
+        Self::parse(pid, &String::from_utf8_lossy(&text))
+    }
+
+    /// Parses the text of a status file.
+    pub fn parse(pid: u32, text: &str) -> Result<Self, DiscoveryError> {
+        let mut st = ProcStatus {
+            pid,
+            name: String::new(),
+            state: '?',
+            nstgid: Vec::new(),
+            uid: [u32::MAX; 4],
+            gid: [u32::MAX; 4],
+            sig_cgt: 0,
+        };
+        let (mut have_uid, mut have_gid) = (false, false);
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            match key {
+                "Name" => st.name = value.to_owned(),
+                "State" => st.state = value.chars().next().unwrap_or('?'),
+                "NStgid" => {
+                    st.nstgid = value
+                        .split_whitespace()
+                        .map(str::parse)
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| DiscoveryError::Malformed {
+                            pid,
+                            field: "NStgid",
+                        })?;
+                }
+                "Uid" => {
+                    st.uid =
+                        parse_ids(value).ok_or(DiscoveryError::Malformed { pid, field: "Uid" })?;
+                    have_uid = true;
+                }
+                "Gid" => {
+                    st.gid =
+                        parse_ids(value).ok_or(DiscoveryError::Malformed { pid, field: "Gid" })?;
+                    have_gid = true;
+                }
+                "SigCgt" => {
+                    st.sig_cgt =
+                        u64::from_str_radix(value, 16).map_err(|_| DiscoveryError::Malformed {
+                            pid,
+                            field: "SigCgt",
+                        })?;
+                }
+                _ => {}
+            }
+        }
+        if !have_uid {
+            return Err(DiscoveryError::Malformed { pid, field: "Uid" });
+        }
+        if !have_gid {
+            return Err(DiscoveryError::Malformed { pid, field: "Gid" });
+        }
+        if st.nstgid.is_empty() {
+            st.nstgid.push(pid);
+        }
+        Ok(st)
+    }
+
+    /// The PID as the process sees itself (innermost PID namespace).
+    pub fn ns_pid(&self) -> u32 {
+        *self.nstgid.last().unwrap_or(&self.pid)
+    }
+
+    /// The effective uid/gid (see [`Owner`] for why effective).
+    pub fn owner(&self) -> Owner {
+        Owner {
+            uid: self.uid[1],
+            gid: self.gid[1],
+        }
+    }
+
+    /// True if the process has a handler for signal `sig` (1-based, as in
+    /// `SIGQUIT` = 3; signal N is bit N-1 of the mask).
+    pub fn catches(&self, sig: i32) -> bool {
+        (1..=64).contains(&sig) && self.sig_cgt & (1u64 << (sig - 1)) != 0
+    }
+
+    /// True for a zombie or dead process: it has exited, even though
+    /// `/proc/PID` is still there until its parent reaps it.
+    pub fn has_exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+fn parse_ids(v: &str) -> Option<[u32; 4]> {
+    let mut out = [0u32; 4];
+    let mut it = v.split_whitespace();
+    for slot in &mut out {
+        *slot = it.next()?.parse().ok()?;
+    }
+    Some(out)
+}
+
+/// Reads `/proc/PID/<file>`, mapping "no such file" to
+/// [`DiscoveryError::NoSuchProcess`].
+pub(crate) fn read_proc(pid: u32, file: &'static str) -> Result<Vec<u8>, DiscoveryError> {
+    std::fs::read(format!("/proc/{pid}/{file}")).map_err(|source| match source.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => DiscoveryError::NoSuchProcess { pid },
+        _ => DiscoveryError::Io { pid, file, source },
+    })
+}
+
+/// The process's PID in its own (innermost) PID namespace.
+pub fn ns_pid(pid: u32) -> Result<u32, DiscoveryError> {
+    Ok(ProcStatus::read(pid)?.ns_pid())
+}
+
+/// The process's effective uid/gid.
+pub fn process_owner(pid: u32) -> Result<Owner, DiscoveryError> {
+    Ok(ProcStatus::read(pid)?.owner())
+}
+
+/// `/proc/PID/root/tmp`: the process's `/tmp`, seen from the host.
+pub fn proc_tmp_dir(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root/tmp"))
+}
+
+/// The map path for a process whose namespace PID is already known.
+pub fn perf_map_path_for(pid: u32, nspid: u32) -> PathBuf {
+    proc_tmp_dir(pid).join(format!("perf-{nspid}.map"))
+}
+
+/// `/proc/PID/root/tmp/perf-<nspid>.map`.
+pub fn perf_map_path(pid: u32) -> Result<PathBuf, DiscoveryError> {
+    Ok(perf_map_path_for(pid, ns_pid(pid)?))
+}
+
+/// Everything needed to open a process's map safely, from one read of
+/// `/proc/PID/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerfMapLocation {
+    /// PID in our namespace.
+    pub pid: u32,
+    /// PID in the process's namespace (the number in the file name).
+    pub nspid: u32,
+    /// Path to the map, through `/proc/PID/root`.
+    pub path: PathBuf,
+    /// The process owner, who must own the file (or root).
+    pub owner: Owner,
+}
+
+/// Locates process `pid`'s perf map.
+pub fn locate(pid: u32) -> Result<PerfMapLocation, DiscoveryError> {
+    let st = ProcStatus::read(pid)?;
+    let nspid = st.ns_pid();
+    Ok(PerfMapLocation {
+        pid,
+        nspid,
+        path: perf_map_path_for(pid, nspid),
+        owner: st.owner(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTAINER_STATUS: &str = "Name:\tjava\n\
+        Umask:\t0022\n\
+        State:\tS (sleeping)\n\
+        Tgid:\t4242\n\
+        NStgid:\t4242\t17\n\
+        Pid:\t4242\n\
+        Uid:\t1000\t1001\t1002\t1003\n\
+        Gid:\t2000\t2001\t2002\t2003\n\
+        SigCgt:\t0000000000000004\n";
+
+    #[test]
+    fn parse_container_status() {
+        let st = ProcStatus::parse(4242, CONTAINER_STATUS).unwrap();
+        assert_eq!(st.ns_pid(), 17);
+        assert_eq!(
+            st.owner(),
+            Owner {
+                uid: 1001,
+                gid: 2001
+            }
+        );
+        assert!(st.catches(libc::SIGQUIT));
+        assert!(!st.catches(libc::SIGINT));
+        assert!(!st.catches(0));
+        assert!(!st.has_exited());
+        assert_eq!(st.name, "java");
+        assert_eq!(
+            perf_map_path_for(4242, st.ns_pid()),
+            PathBuf::from("/proc/4242/root/tmp/perf-17.map")
+        );
+    }
+
+    #[test]
+    fn missing_nstgid_falls_back_to_pid() {
+        let st =
+            ProcStatus::parse(5, "Uid:\t0 0 0 0\nGid:\t0 0 0 0\nState:\tZ (zombie)\n").unwrap();
+        assert_eq!(st.ns_pid(), 5);
+        assert!(st.has_exited());
+    }
+
+    #[test]
+    fn malformed_status() {
+        assert!(ProcStatus::parse(1, "Gid:\t0 0 0 0\n").is_err());
+        assert!(ProcStatus::parse(1, "Uid:\t0 x 0 0\nGid:\t0 0 0 0\n").is_err());
+    }
+
+    #[test]
+    fn own_process() {
+        let me = std::process::id();
+        let loc = locate(me).unwrap();
+        // Tests run in the host namespaces here.
+        assert_eq!(loc.nspid, ns_pid(me).unwrap());
+        // SAFETY: trivial getters.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        assert_eq!(loc.owner, Owner { uid, gid });
+        assert!(
+            loc.path
+                .to_str()
+                .unwrap()
+                .ends_with(&format!("/root/tmp/perf-{}.map", loc.nspid))
+        );
+    }
+
+    #[test]
+    fn missing_process() {
+        // PIDs are below 2^22 on Linux.
+        let err = ProcStatus::read(u32::MAX - 1).unwrap_err();
+        assert!(matches!(err, DiscoveryError::NoSuchProcess { .. }), "{err}");
+    }
+}
