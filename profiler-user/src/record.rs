@@ -15,7 +15,7 @@ use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats},
     enrich::Enricher,
     host::{caps::Capabilities, sysctl},
-    symbolize::Symbolizer,
+    symbolize::{Symbolizer, jvm::JitOptions},
     write::{Writer, index::Header},
 };
 
@@ -47,6 +47,8 @@ pub struct RecordOptions {
     pub stack_map_entries: Option<u32>,
     /// How long to keep retrying the final write when it fails.
     pub write_retry: Duration,
+    /// How JVMs' JIT frames are named.
+    pub jit: JitOptions,
 }
 
 /// Why a recording could not run or finish.
@@ -124,6 +126,7 @@ impl Pipeline {
 
     /// Stops sampling and takes in everything still in the kernel.
     fn finish(&mut self) {
+        self.symbolizer.finishing();
         match self.collector.finish() {
             Ok(drains) => drains.into_iter().for_each(|drain| self.process(drain)),
             Err(err) => {
@@ -132,6 +135,7 @@ impl Pipeline {
                 self.step();
             }
         }
+        self.symbolizer.finish();
     }
 }
 
@@ -223,15 +227,16 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     let mut pipeline = Pipeline {
         collector,
         enricher: Enricher::new(),
-        symbolizer: Symbolizer::new(),
+        symbolizer: Symbolizer::new(options.jit.clone()),
         writer: Writer::new(&options.output),
     };
-    let header = |stats| Header {
+    let header = |stats, jit| Header {
         tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
         host: sysctl::read("kernel/hostname").unwrap_or_default(),
         frequency_hz: options.frequency_hz,
         stack_depth,
         stats,
+        jit,
     };
 
     let started = Instant::now();
@@ -253,7 +258,9 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                 pipeline.step();
                 if last_flush.elapsed() >= options.flush_interval {
                     last_flush = Instant::now();
-                    if let Err(err) = pipeline.writer.flush(&header(pipeline.collector.stats())) {
+                    if let Err(err) = pipeline
+                        .writer
+                        .flush(&header(pipeline.collector.stats(), pipeline.symbolizer.jit_stats())) {
                         warn!("periodic flush failed, will retry: {err}");
                     }
                 }
@@ -269,7 +276,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     drop(pipeline.collector);
     let files = final_flush(
         &mut pipeline.writer,
-        &header(stats),
+        &header(stats, pipeline.symbolizer.jit_stats()),
         options.write_retry,
         &mut sigint,
         &mut sigterm,

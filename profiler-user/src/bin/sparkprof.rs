@@ -3,9 +3,11 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
+use perf_maps::NameStyle;
 use sparkprof::{
     host::doctor,
     record::{RecordError, RecordOptions, record},
+    symbolize::jvm::JitOptions,
 };
 
 #[derive(Parser)]
@@ -59,6 +61,15 @@ struct RecordArgs {
     /// Seconds to keep retrying the final write when it fails (e.g. a full disk).
     #[arg(long, default_value_t = 60)]
     write_retry_secs: u64,
+    /// Never attach to JVMs; name JIT frames only from perf maps already there.
+    #[arg(long)]
+    no_jvm_attach: bool,
+    /// Keep the perf maps sparkprof caused JVMs to write (default: removed at the end).
+    #[arg(long)]
+    keep_perf_maps: bool,
+    /// Java frames with the JDK's full signatures instead of `pkg.Class.method`.
+    #[arg(long)]
+    java_signatures: bool,
 }
 
 fn main() -> ExitCode {
@@ -94,6 +105,16 @@ fn run_record(args: RecordArgs) -> ExitCode {
         flush_interval: Duration::from_secs(args.flush_interval.max(1)),
         stack_map_entries: args.stack_map_entries,
         write_retry: Duration::from_secs(args.write_retry_secs),
+        jit: JitOptions {
+            attach: !args.no_jvm_attach,
+            keep_maps: args.keep_perf_maps,
+            name_style: if args.java_signatures {
+                NameStyle::Full
+            } else {
+                NameStyle::Readable
+            },
+            ..JitOptions::default()
+        },
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

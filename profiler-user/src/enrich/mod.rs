@@ -26,6 +26,33 @@ pub struct ProcessInfo {
     pub name: String,
     /// A kernel thread (no user address space).
     pub kernel_thread: bool,
+    /// The language runtime in the process, if one we know.
+    pub runtime: Runtime,
+}
+
+/// Language runtimes whose code needs more than ELF symbols to be named.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    /// Plain native code.
+    Native,
+    /// A HotSpot JVM: `libjvm.so` is mapped (at this path, as the process sees it).
+    Jvm { libjvm: String },
+}
+
+impl Runtime {
+    /// Recognizes the runtime from the text of /proc/PID/maps.
+    pub fn from_maps(maps: &str) -> Self {
+        maps.lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .find(|path| path.ends_with("/libjvm.so"))
+            .map_or(Self::Native, |libjvm| Self::Jvm {
+                libjvm: libjvm.to_owned(),
+            })
+    }
+
+    pub fn is_jvm(&self) -> bool {
+        matches!(self, Self::Jvm { .. })
+    }
 }
 
 /// A sample with its process and thread identified.
@@ -146,11 +173,19 @@ fn read_stat(pid: u32) -> Option<Stat> {
 fn read_process(pid: u32) -> Option<ProcessInfo> {
     let stat = read_stat(pid)?;
     let name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let kernel_thread = stat.flags & PF_KTHREAD != 0;
+    let runtime = if kernel_thread {
+        Runtime::Native
+    } else {
+        fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map_or(Runtime::Native, |maps| Runtime::from_maps(&maps))
+    };
     Some(ProcessInfo {
         pid,
         start_ticks: stat.start_ticks,
         name: name.trim_end_matches('\n').to_owned(),
-        kernel_thread: stat.flags & PF_KTHREAD != 0,
+        kernel_thread,
+        runtime,
     })
 }
 
@@ -166,6 +201,7 @@ fn exited_process(sample: &RawSample, leader_comm: Option<&String>) -> ProcessIn
         },
         kernel_thread: matches!(sample.user, RawStack::Absent)
             && !matches!(sample.kernel, RawStack::Absent),
+        runtime: Runtime::Native,
     }
 }
 
@@ -180,6 +216,21 @@ mod tests {
         let stat = parse_stat(text).unwrap();
         assert_eq!(stat.flags, 4194560);
         assert_eq!(stat.start_ticks, 987654);
+    }
+
+    #[test]
+    fn recognizes_a_jvm_from_its_mappings() {
+        let maps = "7f00-7f10 r-xp 00000000 fd:00 1 /usr/lib/jvm/java-17/lib/server/libjvm.so\n";
+        assert_eq!(
+            Runtime::from_maps(maps),
+            Runtime::Jvm {
+                libjvm: "/usr/lib/jvm/java-17/lib/server/libjvm.so".into()
+            }
+        );
+        assert_eq!(
+            Runtime::from_maps("7f00-7f10 r-xp 0 fd:00 1 /usr/lib/libc.so.6\n"),
+            Runtime::Native
+        );
     }
 
     #[test]

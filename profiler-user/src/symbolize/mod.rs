@@ -10,11 +10,17 @@
 //! likely still alive (their mappings are needed). Names are cached per
 //! (process, address) and dropped when enrich reports the process exited.
 
+pub mod jvm;
 pub mod kernel;
 pub mod native;
 pub mod proc_maps;
 
-use std::sync::Arc;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use jvm::{JitBatch, JitOptions, JitStats, JitSymbolizer};
 
 use crate::{
     collect::RawStack,
@@ -28,6 +34,8 @@ pub enum FrameKind {
     User,
     /// Kernel code (rendered with a `_[k]` suffix).
     Kernel,
+    /// JIT-compiled code of a runtime, e.g. a Java method (rendered `_[j]`).
+    Jit,
     /// Not code: a marker such as `[truncated]` or `[user stack lost]`.
     Marker,
 }
@@ -70,28 +78,53 @@ pub struct SymbolizedDrain {
 pub struct Symbolizer {
     native: native::NativeSymbolizer,
     kernel: kernel::KernelSymbolizer,
+    jit: JitSymbolizer,
+    /// This drain's addresses in JVM code caches.
+    jit_addrs: HashSet<(u32, u64)>,
+    final_pass: bool,
 }
 
 impl Default for Symbolizer {
     fn default() -> Self {
-        Self::new()
+        Self::new(JitOptions::default())
     }
 }
 
+/// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
+const COMPILER_THREADS: [&str; 2] = ["C2 CompilerThre", "C1 CompilerThre"];
+
 impl Symbolizer {
-    pub fn new() -> Self {
+    pub fn new(jit: JitOptions) -> Self {
         Self {
             native: native::NativeSymbolizer::new(),
             kernel: kernel::KernelSymbolizer::new(),
+            jit: JitSymbolizer::new(jit),
+            jit_addrs: HashSet::new(),
+            final_pass: false,
         }
+    }
+
+    /// Marks the drains that follow as the recording's last: JVM maps are
+    /// refreshed once more for them.
+    pub fn finishing(&mut self) {
+        self.final_pass = true;
+    }
+
+    /// End of the recording: cleans up what symbolization left on the host.
+    pub fn finish(&mut self) {
+        self.jit.finish();
+    }
+
+    /// JIT statistics so far.
+    pub fn jit_stats(&self) -> JitStats {
+        self.jit.stats()
     }
 
     /// Names every frame of a drain.
     pub fn symbolize(&mut self, drain: EnrichedDrain) -> SymbolizedDrain {
         // Resolve each process's user addresses in one batch, and all kernel
         // addresses in another, before building stacks.
-        let mut user_batches: std::collections::HashMap<u32, (Arc<ProcessInfo>, Vec<u64>)> =
-            std::collections::HashMap::new();
+        let mut user_batches: HashMap<u32, (Arc<ProcessInfo>, Vec<u64>)> = HashMap::new();
         let mut kernel_addrs = Vec::new();
         for sample in &drain.samples {
             if let RawStack::Frames { ips, .. } = &sample.raw.user {
@@ -104,16 +137,52 @@ impl Symbolizer {
                 kernel_addrs.extend(lookup_addresses(ips));
             }
         }
+        // JVMs: addresses in anonymous executable memory (the code cache) are
+        // named from perf maps, the rest as native code.
+        let compiling: HashSet<u32> = drain
+            .samples
+            .iter()
+            .filter(|s| {
+                COMPILER_THREADS
+                    .iter()
+                    .any(|p| s.thread_name.starts_with(p))
+            })
+            .map(|s| s.process.pid)
+            .collect();
+        self.jit_addrs.clear();
+        let mut jit_batches = Vec::new();
         for (process, addrs) in user_batches.values() {
-            self.native.resolve(process, addrs);
+            let mut native_addrs = addrs.clone();
+            if process.runtime.is_jvm()
+                && let Ok(maps) = proc_maps::ProcMaps::read(process.pid)
+            {
+                let (jit, native): (Vec<u64>, Vec<u64>) = addrs
+                    .iter()
+                    .partition(|&&addr| maps.find(addr).is_some_and(|m| m.is_anonymous()));
+                native_addrs = native;
+                self.jit_addrs
+                    .extend(jit.iter().map(|&addr| (process.pid, addr)));
+                jit_batches.push(JitBatch {
+                    process: process.clone(),
+                    addrs: jit,
+                    compiling: compiling.contains(&process.pid),
+                });
+            }
+            self.native.resolve(process, &native_addrs);
         }
+        self.jit.resolve(&jit_batches, self.final_pass);
         self.kernel.resolve(&kernel_addrs);
 
         let samples = drain
             .samples
             .into_iter()
             .map(|sample| {
-                let frames = self.frames(&sample.process, &sample.raw.user, &sample.raw.kernel);
+                let frames = self.frames(
+                    &sample.process,
+                    &sample.raw.user,
+                    &sample.raw.kernel,
+                    sample.raw.count,
+                );
                 SymbolizedSample {
                     process: sample.process,
                     tid: sample.raw.tid,
@@ -126,6 +195,7 @@ impl Symbolizer {
         // Exited processes' last samples are named; now their caches can go.
         for process in &drain.exited {
             self.native.evict(process);
+            self.jit.evict(process);
         }
         SymbolizedDrain {
             start: drain.start,
@@ -136,17 +206,22 @@ impl Symbolizer {
 
     /// The frames of one sample, root first: a truncation marker if the user
     /// stack was cut, user frames outermost to leaf, then kernel frames.
-    fn frames(&self, process: &ProcessInfo, user: &RawStack, kernel: &RawStack) -> Vec<Frame> {
+    fn frames(
+        &mut self,
+        process: &ProcessInfo,
+        user: &RawStack,
+        kernel: &RawStack,
+        count: u64,
+    ) -> Vec<Frame> {
         let mut frames = Vec::new();
         match user {
             RawStack::Frames { ips, truncated } => {
                 if *truncated {
                     frames.push(Frame::marker("[truncated]"));
                 }
-                frames.extend(lookup_addresses(ips).rev().map(|addr| Frame {
-                    name: self.native.name(process, addr),
-                    kind: FrameKind::User,
-                }));
+                for addr in lookup_addresses(ips).rev() {
+                    frames.push(self.user_frame(process, addr, count));
+                }
             }
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
             RawStack::Absent => {}
@@ -168,6 +243,23 @@ impl Symbolizer {
             frames.push(Frame::marker("[no stack]"));
         }
         frames
+    }
+}
+
+impl Symbolizer {
+    fn user_frame(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Frame {
+        if !self.jit_addrs.contains(&(process.pid, addr)) {
+            return Frame {
+                name: self.native.name(process, addr),
+                kind: FrameKind::User,
+            };
+        }
+        let name = self.jit.name(process, addr);
+        self.jit.count_frame(name.is_some(), count);
+        Frame {
+            name: name.unwrap_or_else(|| "[unknown]".into()),
+            kind: FrameKind::Jit,
+        }
     }
 }
 

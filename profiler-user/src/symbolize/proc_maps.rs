@@ -15,6 +15,13 @@ pub struct Mapping {
     pub path: String,
 }
 
+impl Mapping {
+    /// Anonymous memory (no file, no special name): where JIT code lives.
+    pub fn is_anonymous(&self) -> bool {
+        self.path.is_empty() || self.path.starts_with("[anon")
+    }
+}
+
 /// The executable mappings of one process, sorted by address.
 #[derive(Debug, Clone, Default)]
 pub struct ProcMaps {

@@ -51,8 +51,10 @@ pub fn stack_line(sample: &SymbolizedSample) -> String {
     for frame in &sample.frames {
         line.push(';');
         line.push_str(&sanitize(&frame.name));
-        if frame.kind == FrameKind::Kernel {
-            line.push_str("_[k]");
+        match frame.kind {
+            FrameKind::Kernel => line.push_str("_[k]"),
+            FrameKind::Jit => line.push_str("_[j]"),
+            FrameKind::User | FrameKind::Marker => {}
         }
     }
     line
@@ -101,6 +103,7 @@ mod tests {
                 start_ticks: 1,
                 name: "my app".into(),
                 kernel_thread: false,
+                runtime: crate::enrich::Runtime::Native,
             }),
             tid: 43,
             thread_name: "worker;1".into(),

@@ -10,6 +10,8 @@
 //!   "stack_depth": 127,
 //!   "stats": { "samples": 1234, "idle": 10, "filtered": 0, "dropped_count_map_full": 0,
 //!              "user_stacks_lost": 0, "kernel_stacks_lost": 0 },
+//!   "jit": { "jit_frames": 900, "jit_frames_named": 897, "perf_map_dumps": 4,
+//!            "perf_map_dump_failures": 0 },
 //!   "files": [
 //!     { "path": "processes/java-4242.cpu.folded", "svg": "processes/java-4242.cpu.svg",
 //!       "kind": "cpu", "samples": 900, "start": "...", "end": "...",
@@ -26,7 +28,7 @@ use std::{path::Path, time::SystemTime};
 use serde::Serialize;
 
 use super::ProfileKind;
-use crate::collect::KernelStats;
+use crate::{collect::KernelStats, symbolize::jvm::JitStats};
 
 /// Schema version of index.json.
 pub const INDEX_VERSION: u32 = 1;
@@ -39,6 +41,7 @@ pub struct Header {
     pub frequency_hz: u64,
     pub stack_depth: u32,
     pub stats: KernelStats,
+    pub jit: JitStats,
 }
 
 /// Who a file is about.

@@ -1,0 +1,249 @@
+//! One JVM's perf map, and when to ask the JVM for a fresh one.
+//!
+//! HotSpot reuses code-cache addresses as it compiles, deoptimizes and
+//! flushes methods, so a map is a snapshot that goes stale: measured on a
+//! Spark job, one early dump named only a quarter of compiled frames and
+//! even a late dump misnamed some. The resolver therefore asks for a new
+//! dump (`Compiler.perfmap`, JDK 17+) when it first sees the JVM, whenever
+//! sampled JIT addresses are not covered by the current map, periodically
+//! while the JVM's compiler threads are busy, and once more at the end,
+//! always rate-limited. Addresses are looked up afresh after every refresh:
+//! JIT names are never cached across drains.
+
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use perf_maps::{AttachError, Jvm, MapError, PerfMapFile, Refused, TrustPolicy, attach};
+use tracing::{debug, info, warn};
+
+use super::types::JitOptions;
+use crate::enrich::ProcessInfo;
+
+/// Failed dumps in a row after which a JVM is left alone.
+const MAX_FAILURES: u32 = 3;
+
+/// Whether (and why not) this JVM can be asked for a map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DumpAbility {
+    Yes,
+    /// Never: the reason is logged once.
+    No(String),
+}
+
+/// The perf map of one JVM process.
+pub struct JvmResolver {
+    pid: u32,
+    map: Option<PerfMapFile>,
+    jvm: Option<Jvm>,
+    ability: DumpAbility,
+    /// Whether a map existed before our first dump (then we never delete it).
+    map_preexisted: Option<bool>,
+    last_dump: Option<Instant>,
+    failures: u32,
+    refusal_logged: bool,
+    alive: bool,
+    /// Where the map is seen from our mount namespace once the process is
+    /// gone (`/proc/PID/root` then vanishes), if the JVM shares it.
+    host_path: Option<PathBuf>,
+    /// Trust policy for the map, fixed while the process was alive.
+    policy: TrustPolicy,
+}
+
+/// Why a dump is wanted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DumpReasons {
+    pub unresolved: usize,
+    pub compiling: bool,
+    pub final_pass: bool,
+}
+
+impl JvmResolver {
+    pub fn new(process: &ProcessInfo, options: &JitOptions) -> Self {
+        let pid = process.pid;
+        let map = match PerfMapFile::for_pid(pid) {
+            Ok(map) => Some(map.with_name_style(options.name_style)),
+            Err(err) => {
+                debug!(pid, "no perf map location: {err}");
+                None
+            }
+        };
+        let ability = if !options.attach {
+            DumpAbility::No("attaching disabled (--no-jvm-attach)".into())
+        } else {
+            match attach::jvm_major_version(pid) {
+                Ok(major) if major >= 17 => DumpAbility::Yes,
+                Ok(major) => DumpAbility::No(format!(
+                    "JDK {major} has no Compiler.perfmap (17+); only an existing perf map is used"
+                )),
+                Err(err) => DumpAbility::No(format!("cannot tell the JDK version ({err})")),
+            }
+        };
+        if let DumpAbility::No(reason) = &ability {
+            info!(
+                pid,
+                "JVM {} [{pid}]: perf map not refreshed: {reason}", process.name
+            );
+        }
+        let jvm = match ability {
+            DumpAbility::Yes => Jvm::new(pid).ok(),
+            DumpAbility::No(_) => None,
+        };
+        let same_mount_ns = std::fs::metadata("/proc/self/ns/mnt")
+            .ok()
+            .zip(std::fs::metadata(format!("/proc/{pid}/ns/mnt")).ok())
+            .is_some_and(|(ours, theirs)| {
+                use std::os::unix::fs::MetadataExt;
+                ours.ino() == theirs.ino() && ours.dev() == theirs.dev()
+            });
+        let host_path = perf_maps::discovery::ns_pid(pid)
+            .ok()
+            .filter(|_| same_mount_ns)
+            .map(|nspid| PathBuf::from(format!("/tmp/perf-{nspid}.map")));
+        let policy = TrustPolicy::for_pid(pid).unwrap_or_else(|_| TrustPolicy::for_uid(0));
+        Self {
+            pid,
+            map,
+            jvm,
+            host_path,
+            policy,
+            ability,
+            map_preexisted: None,
+            last_dump: None,
+            failures: 0,
+            refusal_logged: false,
+            alive: true,
+        }
+    }
+
+    /// Re-reads the map if it changed on disk.
+    pub fn refresh(&mut self) {
+        let Some(map) = self.map.as_mut() else { return };
+        match map.refresh() {
+            Ok(refresh) => {
+                debug!(pid = self.pid, ?refresh, "perf map refreshed");
+                self.refusal_logged = false;
+            }
+            Err(MapError::Refused(Refused::NotFound { .. })) => {}
+            Err(err) => {
+                if !self.refusal_logged {
+                    warn!(
+                        pid = self.pid,
+                        "perf map {} not used: {err}",
+                        map.path().display()
+                    );
+                    self.refusal_logged = true;
+                }
+            }
+        }
+    }
+
+    /// Whether to ask the JVM for a fresh map now.
+    pub fn wants_dump(&self, reasons: DumpReasons, options: &JitOptions) -> bool {
+        if self.ability != DumpAbility::Yes || self.jvm.is_none() || !self.alive {
+            return false;
+        }
+        let since = self.last_dump.map(|t| t.elapsed());
+        let at_least = |interval: Duration| since.is_none_or(|s| s >= interval);
+        if !at_least(options.min_dump_interval.max(backoff(self.failures))) {
+            return false;
+        }
+        since.is_none()
+            || reasons.final_pass
+            || reasons.unresolved > 0
+            || (reasons.compiling && at_least(options.churn_dump_interval))
+            || at_least(options.max_map_age)
+    }
+
+    /// Asks the JVM to rewrite its perf map. Blocking (~0.2 s, ~0.8 s the
+    /// first time a JVM starts its attach listener); run in parallel for
+    /// several JVMs by the caller. Returns whether it succeeded.
+    pub fn dump(&mut self) -> bool {
+        let Some(jvm) = self.jvm.as_ref() else {
+            return false;
+        };
+        if self.map_preexisted.is_none() {
+            self.map_preexisted = Some(jvm.perf_map_path().exists());
+        }
+        self.last_dump = Some(Instant::now());
+        match jvm.dump_perf_map() {
+            Ok(_) => {
+                self.failures = 0;
+                true
+            }
+            Err(err) => {
+                self.failures += 1;
+                match &err {
+                    AttachError::ProcessExited { .. } | AttachError::NoSuchProcess { .. } => {
+                        self.alive = false;
+                        debug!(pid = self.pid, "JVM exited during attach");
+                    }
+                    AttachError::StillStarting { .. }
+                    | AttachError::NoSigquitHandler { .. }
+                    | AttachError::ListenerTimeout { .. }
+                    | AttachError::Timeout { .. }
+                    | AttachError::Os { .. }
+                    | AttachError::Protocol { .. }
+                        if self.failures < MAX_FAILURES =>
+                    {
+                        debug!(pid = self.pid, "perf map request failed, will retry: {err}");
+                    }
+                    _ => {
+                        warn!(pid = self.pid, "JVM perf map not refreshed: {err}");
+                        self.ability = DumpAbility::No(err.to_string());
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// The name of a JIT address in the current map.
+    pub fn lookup(&self, addr: u64) -> Option<Arc<str>> {
+        self.map
+            .as_ref()?
+            .lookup(addr)
+            .map(|symbol| Arc::from(symbol.name))
+    }
+
+    /// Why this JVM's map is not refreshed, if it is not.
+    pub fn ability(&self) -> &DumpAbility {
+        &self.ability
+    }
+
+    /// Removes the map if sparkprof caused it to be written and it did not
+    /// exist before. Only a regular file owned by the JVM's user (or root)
+    /// is removed, and never through a symlink.
+    pub fn remove_created_map(&self) {
+        if self.map_preexisted != Some(false) {
+            return;
+        }
+        let Some(map) = self.map.as_ref() else { return };
+        let through_proc: PathBuf = map.path().to_path_buf();
+        let path = if through_proc.exists() {
+            through_proc
+        } else {
+            match &self.host_path {
+                Some(path) => path.clone(),
+                None => return,
+            }
+        };
+        match perf_maps::trust::open_trusted(&path, &self.policy) {
+            Ok(_) => match std::fs::remove_file(&path) {
+                Ok(()) => debug!(pid = self.pid, "removed {}", path.display()),
+                Err(err) => debug!(pid = self.pid, "cannot remove {}: {err}", path.display()),
+            },
+            Err(refused) => debug!(pid = self.pid, "not removing {}: {refused}", path.display()),
+        }
+    }
+}
+
+/// Waiting time after `failures` failed requests in a row.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(match failures {
+        0 => 0,
+        n => 2u64.pow(n.min(5)),
+    })
+}

@@ -1,0 +1,52 @@
+//! Options and statistics of JIT symbolization.
+
+use std::time::Duration;
+
+use perf_maps::NameStyle;
+use serde::Serialize;
+
+/// How sparkprof keeps JVMs' perf maps current.
+#[derive(Debug, Clone)]
+pub struct JitOptions {
+    /// Ask JVMs (17+) to write their perf map through the attach mechanism.
+    /// Off: only maps that are already there are read.
+    pub attach: bool,
+    /// Keep the maps that sparkprof caused to be written after the recording.
+    pub keep_maps: bool,
+    /// Readable `pkg.Class.method` names, or the JDK's full signatures.
+    pub name_style: NameStyle,
+    /// Never ask one JVM twice within this interval.
+    pub min_dump_interval: Duration,
+    /// While a JVM's compiler threads are busy (code cache churn), refresh
+    /// its map at least this often.
+    pub churn_dump_interval: Duration,
+    /// Refresh a JVM's map at least this often while its JIT code is sampled.
+    pub max_map_age: Duration,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        Self {
+            attach: true,
+            keep_maps: false,
+            name_style: NameStyle::Readable,
+            min_dump_interval: Duration::from_secs(1),
+            churn_dump_interval: Duration::from_secs(3),
+            max_map_age: Duration::from_secs(20),
+        }
+    }
+}
+
+/// JIT symbolization statistics over a recording (frames weighted by
+/// sample count), reported in index.json.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct JitStats {
+    /// Frames in a JVM's anonymous executable memory (its code cache).
+    pub jit_frames: u64,
+    /// Of those, frames named from a perf map.
+    pub jit_frames_named: u64,
+    /// `Compiler.perfmap` requests that succeeded.
+    pub perf_map_dumps: u64,
+    /// Requests that failed (the JVM refused, exited, or timed out).
+    pub perf_map_dump_failures: u64,
+}

@@ -1,0 +1,254 @@
+//! JIT frames of real JVMs: named through perf maps that sparkprof makes the
+//! JVMs write (HotSpot attach), in a private mount namespace too; hostile
+//! maps are refused; a JVM that cannot or will not be attached to is never
+//! harmed.
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::fs::symlink,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use sparkprof_tests::{Recorder, Recording, require_root};
+
+const HOT: &str = "HotMethods.sparkprofAlphaHot";
+
+/// Compiles HotMethods.java once into a directory outside /tmp (so a JVM
+/// with a private tmpfs on /tmp still sees it), readable by everyone.
+fn classes() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hot-methods-classes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/HotMethods.java");
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(&dir)
+        .arg(&source)
+        .status()
+        .expect("javac (a JDK) is required by the JVM tests");
+    assert!(status.success(), "javac failed");
+    dir
+}
+
+/// A running test JVM; killed on drop.
+struct TestJvm {
+    child: Child,
+    pid: u32,
+}
+
+impl TestJvm {
+    /// Starts `java FLAGS -cp CLASSES HotMethods SECONDS 1` (in a private
+    /// mount namespace with its own /tmp if asked), waits for "ready" and for
+    /// warm-up.
+    fn start(flags: &[&str], seconds: u32, private_tmp: bool) -> Self {
+        require_root();
+        let classes = classes();
+        let java = format!(
+            "exec java {} -cp {} HotMethods {seconds} 1",
+            flags.join(" "),
+            classes.display()
+        );
+        let script = if private_tmp {
+            // Its own mount namespace with an empty tmpfs on /tmp, like a container.
+            format!(
+                "exec unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /tmp && {java}'"
+            )
+        } else {
+            java
+        };
+        let mut command = Command::new("sh");
+        command.args(["-c", &script]);
+        let mut child = command.stdout(Stdio::piped()).spawn().expect("spawn java");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the JVM did not start");
+        let pid = java_pid(child.id());
+        // Let the hot loop get compiled.
+        std::thread::sleep(Duration::from_secs(2));
+        Self { child, pid }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for TestJvm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The java process started by `sh -c 'exec ...'` (or under unshare): the
+/// first process at or below `pid` that maps libjvm.so.
+fn java_pid(pid: u32) -> u32 {
+    let maps_jvm = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .contains("libjvm.so")
+    };
+    let mut current = pid;
+    for _ in 0..4 {
+        if maps_jvm(current) {
+            return current;
+        }
+        let children = std::fs::read_to_string(format!("/proc/{current}/task/{current}/children"))
+            .unwrap_or_default();
+        match children
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse().ok())
+        {
+            Some(child) => current = child,
+            None => break,
+        }
+    }
+    panic!("no JVM under pid {pid}");
+}
+
+/// The share of the hot worker's samples that carry a frame of the hot method.
+fn hot_share(recording: &Recording, pid: u32) -> (f64, u64) {
+    let stacks = recording.stacks_of(pid);
+    let worker: Vec<_> = stacks
+        .iter()
+        .filter(|s| s.frames[1] == "hotworker-0")
+        .collect();
+    let total: u64 = worker.iter().map(|s| s.count).sum();
+    let named: u64 = worker
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|f| f.contains(HOT) && f.ends_with("_[j]"))
+        })
+        .map(|s| s.count)
+        .sum();
+    (
+        if total == 0 {
+            0.0
+        } else {
+            named as f64 / total as f64
+        },
+        total,
+    )
+}
+
+#[test]
+fn hot_java_methods_are_named_without_any_preparation() {
+    let mut jvm = TestJvm::start(&["-XX:+PreserveFramePointer"], 30, false);
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
+    assert!(!map.exists(), "no perf map on disk beforehand");
+    let pid = jvm.pid.to_string();
+    let recording = Recorder::start(&["--duration", "5", "--pid", &pid]).wait();
+    recording.assert_ok();
+    let (share, total) = hot_share(&recording, jvm.pid);
+    assert!(total > 300, "the worker was sampled ({total})");
+    assert!(
+        share >= 0.90,
+        "only {:.1}% of worker samples name {HOT}:\n{}",
+        share * 100.0,
+        recording.log
+    );
+    let jit = &recording.index["jit"];
+    assert!(jit["perf_map_dumps"].as_u64().unwrap() >= 1, "{jit}");
+    assert!(jvm.alive(), "the JVM survived being attached to");
+    assert!(
+        !map.exists(),
+        "the map sparkprof caused to be written is removed at the end"
+    );
+}
+
+#[test]
+fn a_jvm_with_a_private_tmp_is_named_through_proc_root() {
+    let mut jvm = TestJvm::start(&["-XX:+PreserveFramePointer"], 30, true);
+    let pid = jvm.pid.to_string();
+    let recording = Recorder::start(&["--duration", "5", "--pid", &pid]).wait();
+    recording.assert_ok();
+    let (share, total) = hot_share(&recording, jvm.pid);
+    assert!(total > 300, "the worker was sampled ({total})");
+    assert!(
+        share >= 0.90,
+        "only {:.1}% named in a private /tmp:\n{}",
+        share * 100.0,
+        recording.log
+    );
+    assert!(
+        !Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists(),
+        "nothing in the host's /tmp"
+    );
+    assert!(jvm.alive());
+}
+
+#[test]
+fn jvms_that_refuse_or_vanish_are_never_harmed() {
+    // -Xrs: SIGQUIT would kill it; it must survive the recording.
+    let mut reduced = TestJvm::start(&["-Xrs", "-XX:+PreserveFramePointer"], 30, false);
+    // Exits while the recording (and maybe an attach) is under way.
+    let mut short = TestJvm::start(&["-XX:+PreserveFramePointer"], 3, false);
+    let recording = Recorder::start(&["--duration", "4"]).wait();
+    recording.assert_ok();
+    assert!(reduced.alive(), "the -Xrs JVM is alive:\n{}", recording.log);
+    assert!(!recording.log.contains("panicked"), "{}", recording.log);
+    assert!(
+        !recording.files_of(short.pid).is_empty(),
+        "the exited JVM's samples were written"
+    );
+    assert!(!short.alive());
+}
+
+#[test]
+fn planted_perf_maps_are_refused() {
+    // The JVM cannot be attached to, so only a map on disk could name it.
+    let jvm = TestJvm::start(
+        &["-XX:+DisableAttachMechanism", "-XX:+PreserveFramePointer"],
+        30,
+        false,
+    );
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
+    let planted = "0 ffffffffffffffff PLANTED_BY_ANOTHER_USER\n";
+    let dir = tempfile::tempdir().unwrap();
+
+    // Owned by another user than the JVM's (root).
+    std::fs::write(&map, planted).unwrap();
+    std::os::unix::fs::chown(&map, Some(65534), Some(65534)).unwrap();
+    let pid = jvm.pid.to_string();
+    let recording = Recorder::start(&["--duration", "2", "--pid", &pid]).wait();
+    recording.assert_ok();
+    let stacks = recording.stacks_of(jvm.pid);
+    assert!(!stacks.is_empty());
+    assert!(
+        !stacks
+            .iter()
+            .any(|s| s.frames.iter().any(|f| f.contains("PLANTED"))),
+        "wrong-owner map used"
+    );
+    assert!(
+        recording.log.contains("not used"),
+        "the refusal is logged:\n{}",
+        recording.log
+    );
+    std::fs::remove_file(&map).unwrap();
+
+    // A symlink to a root-owned map.
+    let target = dir.path().join("target.map");
+    std::fs::write(&target, planted).unwrap();
+    symlink(&target, &map).unwrap();
+    let recording = Recorder::start(&["--duration", "2", "--pid", &pid]).wait();
+    recording.assert_ok();
+    let stacks = recording.stacks_of(jvm.pid);
+    assert!(
+        !stacks
+            .iter()
+            .any(|s| s.frames.iter().any(|f| f.contains("PLANTED"))),
+        "symlinked map used"
+    );
+    assert!(
+        recording.log.contains("not used"),
+        "the refusal is logged:\n{}",
+        recording.log
+    );
+    std::fs::remove_file(&map).unwrap();
+}
