@@ -32,6 +32,8 @@ fn doctor_reports_host_facts_and_jvms() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    // ... and are past start-up (their Signal Dispatcher thread runs).
+    std::thread::sleep(Duration::from_millis(1500));
     let output = Command::new(sparkprof_bin())
         .arg("doctor")
         .output()
@@ -69,4 +71,8 @@ fn doctor_reports_host_facts_and_jvms() {
         .unwrap_or_else(|| panic!("JVM {} missing:\n{report}", without_fp.id()));
     assert!(with.contains("full Java stacks"), "{with}");
     assert!(without.contains("add the flag"), "{without}");
+    assert!(
+        report.contains("perf map refreshed by sparkprof through the attach mechanism"),
+        "JIT naming status shown:\n{report}"
+    );
 }

@@ -11,6 +11,8 @@ pub struct JvmReport {
     pub pid: u32,
     pub main: String,
     pub preserve_frame_pointer: bool,
+    /// How its JIT frames get named.
+    pub jit_names: String,
 }
 
 /// Builds the doctor report.
@@ -104,6 +106,7 @@ pub fn report() -> String {
             "no -XX:+PreserveFramePointer: Java stacks will be cut short; add the flag".to_owned()
         };
         let _ = writeln!(out, "  pid {:<8} {:<40} {fp}", jvm.pid, jvm.main);
+        let _ = writeln!(out, "  {:<12} JIT names: {}", "", jvm.jit_names);
     }
     out
 }
@@ -157,10 +160,31 @@ pub fn jvms() -> Vec<JvmReport> {
             pid,
             main: java_main(&args),
             preserve_frame_pointer: on_cmdline.unwrap_or(in_env),
+            jit_names: jit_names(pid),
         });
     }
     found.sort_by_key(|j| j.pid);
     found
+}
+
+/// Whether sparkprof can keep this JVM's perf map current, and if not why.
+fn jit_names(pid: u32) -> String {
+    let existing = match perf_maps::discovery::perf_map_path(pid) {
+        Ok(path) if path.exists() => "an existing perf map is used",
+        _ => "no perf map on disk",
+    };
+    match perf_maps::attach::jvm_major_version(pid) {
+        Ok(major) if major < 17 => {
+            format!("JDK {major}: cannot be refreshed (Compiler.perfmap needs JDK 17+); {existing}")
+        }
+        Ok(major) => match perf_maps::check_attachable(pid) {
+            Ok(()) => {
+                format!("JDK {major}: perf map refreshed by sparkprof through the attach mechanism")
+            }
+            Err(err) => format!("JDK {major}: not refreshed ({err}); {existing}"),
+        },
+        Err(err) => format!("unknown JDK version ({err}); {existing}"),
+    }
 }
 
 fn read_nul_separated(path: &str) -> Vec<String> {
