@@ -1,9 +1,10 @@
 //! `cargo xtask`: set-up, build, record, test (and later bench, vm-test).
 //!
 //! xtask itself builds with whatever stable toolchain the machine has (it
-//! needs nothing but std and anyhow); everything else is built with the
+//! needs nothing but std, anyhow and libc); everything else is built with the
 //! pinned toolchain that xtask installs first (see [`toolchain`]).
 
+mod bench;
 mod test;
 mod toolchain;
 
@@ -24,6 +25,7 @@ commands:
   record [-- ARGS] build, then `sparkprof record` (default: -d 10 -o profiles)
   test             build, then every test: lints, unit, real-kernel integration
   lint             cargo fmt --check and cargo clippy -D warnings
+  bench [--runs N] build, then sparkprof vs perf and bpftrace; writes BENCHMARKS.md
 ";
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn run() -> Result<()> {
         "build" => build().map(|_| ()),
         "record" => record(&rest),
         "test" => test::run(&rest),
+        "bench" => bench::run(&rest),
         "lint" => {
             toolchain::setup()?;
             test::lint()
