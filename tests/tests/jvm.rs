@@ -15,10 +15,12 @@ use sparkprof_tests::{Recorder, Recording, require_root};
 
 const HOT: &str = "HotMethods.sparkprofAlphaHot";
 
-/// Compiles HotMethods.java once into a directory outside /tmp (so a JVM
+/// Compiles HotMethods.java into a directory outside /tmp (so a JVM
 /// with a private tmpfs on /tmp still sees it), readable by everyone.
 fn classes() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hot-methods-classes");
+    // Not under /tmp (nor the target dir, which a checkout under /tmp would
+    // put there): the private-tmp JVM mounts an empty tmpfs over /tmp.
+    let dir = Path::new("/var/tmp").join(format!("sparkprof-test-classes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/HotMethods.java");
     let status = Command::new("javac")
