@@ -249,6 +249,14 @@ impl Recording {
             .collect()
     }
 
+    /// Samples written for one process, over all its files.
+    pub fn samples_of(&self, pid: u32) -> u64 {
+        self.files_of(pid)
+            .iter()
+            .map(|f| f["samples"].as_u64().unwrap())
+            .sum()
+    }
+
     /// The stacks of an index entry's folded file.
     pub fn stacks(&self, entry: &Value) -> Vec<Stack> {
         let path = self

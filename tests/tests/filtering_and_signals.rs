@@ -62,11 +62,7 @@ fn stops_and_flushes_on(signal: i32) {
         counted[0] - counted[1] - counted[2] - counted[3],
         "stats: {stats}"
     );
-    let samples: u64 = recording
-        .files_of(pid)
-        .iter()
-        .map(|f| f["samples"].as_u64().unwrap())
-        .sum();
+    let samples: u64 = recording.samples_of(pid);
     assert!(
         samples >= 150,
         "after the signal the workload's ~198 samples were written, got {samples}:\n{}",

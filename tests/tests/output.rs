@@ -164,11 +164,7 @@ fn a_full_disk_is_reported_and_retried_and_nothing_is_lost() {
         "the error says why:\n{}",
         recording.log
     );
-    let samples: u64 = recording
-        .files_of(pid)
-        .iter()
-        .map(|f| f["samples"].as_u64().unwrap())
-        .sum();
+    let samples: u64 = recording.samples_of(pid);
     assert!(
         samples >= 120,
         "the ~148 samples of 1.5 s were kept and written, got {samples}:\n{}",

@@ -17,11 +17,7 @@ fn root_records_at_paranoid_2_and_3() {
         let pid = workload.pid().to_string();
         let recording = Recorder::start(&["--duration", "1.5", "--pid", &pid]).wait();
         recording.assert_ok();
-        let samples: u64 = recording
-            .files_of(workload.pid())
-            .iter()
-            .map(|f| f["samples"].as_u64().unwrap())
-            .sum();
+        let samples: u64 = recording.samples_of(workload.pid());
         assert!(
             samples > 50,
             "paranoid={level}: only {samples} samples:\n{}",
