@@ -34,6 +34,7 @@
 //! reported as [`AttachError::ProcessExited`], never a panic.
 
 mod exchange;
+pub mod thread_dump;
 pub mod version;
 
 use std::io;
@@ -335,6 +336,20 @@ impl Jvm {
                 pid: self.pid,
                 reason: "no java.specification.version in properties".into(),
             })
+    }
+
+    /// Every Java thread's full name with its Linux TID, from `jcmd
+    /// Thread.print` (see [`thread_dump`]). Costs the JVM a safepoint.
+    pub fn thread_names(&self) -> Result<Vec<thread_dump::JavaThread>, AttachError> {
+        let r = self.jcmd("Thread.print")?;
+        if r.status != 0 {
+            return Err(AttachError::CommandFailed {
+                pid: self.pid,
+                status: r.status,
+                output: r.output,
+            });
+        }
+        Ok(thread_dump::parse_thread_dump(&r.output))
     }
 
     /// True if `Compiler.perfmap` exists in this JVM (JDK 17 and later).
