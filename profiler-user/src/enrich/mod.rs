@@ -7,6 +7,8 @@
 //! time, is reported as exited so that later stages can drop what they cached
 //! for it.
 
+pub mod spark;
+
 use std::{collections::HashMap, fs, sync::Arc};
 
 use crate::collect::{Drain, RawSample, RawStack};
