@@ -34,6 +34,43 @@ pub struct SampleKey {
     pub comm: [u8; COMM_LEN],
 }
 
+/// Bytes of a thread's full name that the rename probe captures, NUL included.
+///
+/// Spark's task-thread names are about 70 bytes
+/// (`Executor task launch worker for task 12.0 in stage 3.0 (TID 57)`); a
+/// longer name is cut here and userspace marks it.
+pub const THREAD_NAME_LEN: usize = 128;
+
+/// Where a [`RenameEvent`] came from.
+pub mod rename_source {
+    /// The uprobe on HotSpot's `os::set_native_thread_name`: the full name.
+    pub const JVM_NATIVE_NAME: u32 = 1;
+    /// The `task:task_rename` tracepoint: only the new 15-byte comm. Userspace
+    /// learns the full name from the JVM (Thread.print) afterwards.
+    pub const TASK_RENAME: u32 = 2;
+}
+
+/// A thread rename seen in the kernel, sent through the `RENAMES` ring buffer.
+///
+/// `epoch` is the thread's name epoch *after* the rename: samples keyed with
+/// this epoch were taken while the thread had this name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RenameEvent {
+    /// Process ID of the renamed thread.
+    pub tgid: u32,
+    /// Thread ID of the renamed thread.
+    pub tid: u32,
+    /// The thread's new name epoch.
+    pub epoch: u32,
+    /// One of [`rename_source`].
+    pub source: u32,
+    /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC) of the rename.
+    pub ktime_ns: u64,
+    /// The new name, NUL-terminated unless it filled the buffer.
+    pub name: [u8; THREAD_NAME_LEN],
+}
+
 /// Negative stack ids that the kernel returns from `bpf_get_stackid`.
 pub mod stack_error {
     /// No stack of this kind: a sample taken in user mode has no kernel stack,
@@ -58,8 +95,13 @@ pub mod stat {
     pub const USER_STACK_LOST: u32 = 4;
     /// Samples counted without a kernel stack because of a stack-map collision.
     pub const KERNEL_STACK_LOST: u32 = 5;
+    /// Thread renames lost because the `RENAMES` ring buffer was full (the
+    /// thread's epoch still moved on; userspace names it from its comm).
+    pub const RENAMES_LOST: u32 = 6;
+    /// Thread renames seen (uprobe and tracepoint).
+    pub const RENAMES: u32 = 7;
     /// Number of statistics.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 8;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -78,7 +120,29 @@ pub mod names {
     pub const TARGET_TGIDS: &str = "TARGET_TGIDS";
     /// Global `u8`: non-zero when only [`TARGET_TGIDS`] are sampled.
     pub const FILTER_BY_TGID: &str = "FILTER_BY_TGID";
+    /// The uprobe on HotSpot's `os::set_native_thread_name(const char*)`.
+    pub const PROGRAM_JVM_THREAD_NAME: &str = "jvm_thread_name";
+    /// The `task:task_rename` tracepoint program.
+    pub const PROGRAM_TASK_RENAME: &str = "task_rename";
+    /// `LruHashMap<u32 tid, u32 epoch>`: every thread's current name epoch.
+    pub const THREAD_EPOCHS: &str = "THREAD_EPOCHS";
+    /// Ring buffer of [`crate::RenameEvent`]s.
+    pub const RENAMES: &str = "RENAMES";
+    /// `HashMap<u32 tgid, u8>`: processes whose `task_rename`s are reported
+    /// (JVMs whose full names come from Thread.print).
+    pub const RENAME_WATCH_TGIDS: &str = "RENAME_WATCH_TGIDS";
+    /// Global `u32`: offset of `pid` in the task_rename record, from tracefs.
+    pub const TASK_RENAME_PID_OFFSET: &str = "TASK_RENAME_PID_OFFSET";
+    /// Global `u32`: offset of `newcomm` in the task_rename record, from tracefs.
+    pub const TASK_RENAME_NEWCOMM_OFFSET: &str = "TASK_RENAME_NEWCOMM_OFFSET";
 }
+
+/// Entries of the thread-epoch map (least recently used are evicted).
+pub const THREAD_EPOCH_ENTRIES: u32 = 65_536;
+/// Bytes of the rename ring buffer (a power-of-two multiple of the page size).
+pub const RENAME_RING_BYTES: u32 = 1 << 20;
+/// Processes whose renames the tracepoint reports.
+pub const MAX_RENAME_WATCH_TGIDS: u32 = 1_024;
 
 /// Default number of entries of each count map.
 pub const DEFAULT_COUNT_MAP_ENTRIES: u32 = 65_536;
@@ -105,5 +169,13 @@ mod tests {
     fn sample_key_has_no_padding() {
         assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + COMM_LEN);
         assert_eq!(core::mem::align_of::<SampleKey>(), 4);
+    }
+
+    #[test]
+    fn rename_event_has_no_padding() {
+        assert_eq!(
+            core::mem::size_of::<RenameEvent>(),
+            4 * 4 + 8 + THREAD_NAME_LEN
+        );
     }
 }

@@ -12,6 +12,8 @@
 #![no_main]
 
 mod on_cpu;
+mod stats;
+mod thread_names;
 
 #[cfg(not(test))]
 #[panic_handler]

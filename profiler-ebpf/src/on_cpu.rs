@@ -8,7 +8,7 @@ use aya_ebpf::{
     helpers::bpf_get_current_comm,
     helpers::bpf_get_smp_processor_id,
     macros::{map, perf_event},
-    maps::{Array, HashMap, PerCpuArray, StackTrace},
+    maps::{Array, HashMap, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use aya_log_ebpf::warn;
@@ -16,6 +16,8 @@ use profiler_common::{
     COMM_LEN, DEFAULT_COUNT_MAP_ENTRIES, DEFAULT_STACK_MAP_ENTRIES, MAX_TARGET_TGIDS, SampleKey,
     stack_error, stat,
 };
+
+use crate::{stats::count_stat, thread_names::thread_epoch};
 
 /// Non-zero: sample only the processes in `TARGET_TGIDS` (`--pid`).
 #[unsafe(no_mangle)]
@@ -36,9 +38,6 @@ static COUNTS_1: HashMap<SampleKey, u64> = HashMap::with_max_entries(DEFAULT_COU
 static STACKS_0: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENTRIES, 0);
 #[map]
 static STACKS_1: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENTRIES, 0);
-
-#[map]
-static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 
 #[perf_event]
 pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
@@ -62,12 +61,13 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     let user_stack_id = stack_id(&ctx, stacks, BPF_F_USER_STACK as u64, stat::USER_STACK_LOST);
     let kernel_stack_id = stack_id(&ctx, stacks, 0, stat::KERNEL_STACK_LOST);
     let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+    let tid = ctx.pid();
     let key = SampleKey {
         tgid,
-        tid: ctx.pid(),
+        tid,
         user_stack_id,
         kernel_stack_id,
-        name_epoch: 0,
+        name_epoch: thread_epoch(tid),
         flags: 0,
         comm,
     };
@@ -106,18 +106,5 @@ fn add_one(ctx: &PerfEventContext, counts: &HashMap<SampleKey, u64>, key: &Sampl
             ctx,
             "count map full on cpu {}: samples are dropped (and counted) until the next drain", cpu
         );
-    }
-}
-
-/// Adds one to a per-CPU statistic and returns its previous value.
-#[inline(always)]
-fn count_stat(index: u32) -> u64 {
-    match STATS.get_ptr_mut(index) {
-        Some(value) => unsafe {
-            let previous = *value;
-            *value = previous + 1;
-            previous
-        },
-        None => 0,
     }
 }

@@ -13,10 +13,10 @@ use tracing::{error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats},
-    enrich::Enricher,
+    enrich::{Enricher, jvm_threads::DumpPolicy},
     host::{caps::Capabilities, sysctl},
     symbolize::{Symbolizer, jvm::JitOptions},
-    write::{Writer, index::Header},
+    write::{WriteOptions, Writer, index::Header},
 };
 
 /// The sysctl that caps stack depth for `bpf_get_stackid`.
@@ -49,6 +49,8 @@ pub struct RecordOptions {
     pub write_retry: Duration,
     /// How JVMs' JIT frames are named.
     pub jit: JitOptions,
+    /// How output is drawn.
+    pub write: WriteOptions,
 }
 
 /// Why a recording could not run or finish.
@@ -119,7 +121,14 @@ impl Pipeline {
     }
 
     fn process(&mut self, drain: crate::collect::Drain) {
+        for jvm in self.enricher.discover(&drain) {
+            let feed = self.collector.watch_jvm(jvm.pid, &jvm.libjvm);
+            self.enricher.watching(&jvm, feed);
+        }
         let drain = self.enricher.enrich(drain);
+        for process in &drain.exited {
+            self.collector.forget(process.pid);
+        }
         let drain = self.symbolizer.symbolize(drain);
         self.writer.add(drain);
     }
@@ -226,10 +235,22 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     );
     let mut pipeline = Pipeline {
         collector,
-        enricher: Enricher::new(),
+        enricher: Enricher::new(DumpPolicy {
+            attach: options.jit.attach,
+            ..DumpPolicy::default()
+        }),
         symbolizer: Symbolizer::new(options.jit.clone()),
-        writer: Writer::new(&options.output),
+        writer: Writer::new(&options.output, options.write),
     };
+    // JVMs already running: their renames are watched from now on, and
+    // the names their threads have now are asked for right away.
+    let running = pipeline.enricher.running_jvms();
+    for jvm in &running {
+        let feed = pipeline.collector.watch_jvm(jvm.pid, &jvm.libjvm);
+        pipeline.enricher.watching(jvm, feed);
+    }
+    let pids: Vec<u32> = running.iter().map(|jvm| jvm.pid).collect();
+    pipeline.enricher.dump_threads(&pids);
     let header = |stats, jit| Header {
         tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
         host: sysctl::read("kernel/hostname").unwrap_or_default(),

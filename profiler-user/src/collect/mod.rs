@@ -6,7 +6,9 @@
 //! addresses with a count. Nothing here knows about processes, symbols or
 //! files; later stages take it from there.
 
+pub mod jvm_symbol;
 pub mod object;
+pub mod thread_names;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -25,6 +27,7 @@ use aya::{
 };
 use profiler_common::{SampleKey, names, stack_error, stat};
 use thiserror::Error;
+use thread_names::{NameFeed, RenameFeed, TaskRenameFormat, ThreadRename};
 use tracing::{debug, warn};
 
 /// How long to wait after flipping buffers before draining the idle one.
@@ -115,6 +118,10 @@ pub struct Drain {
     pub start: SystemTime,
     pub end: SystemTime,
     pub samples: Vec<RawSample>,
+    /// Thread renames announced up to the end of this drain, in order: every
+    /// name epoch that `samples` carry is among these or earlier ones
+    /// (unless the ring buffer overflowed, see [`KernelStats::renames_lost`]).
+    pub renames: Vec<ThreadRename>,
 }
 
 /// Cumulative kernel-side statistics, summed over CPUs.
@@ -126,6 +133,10 @@ pub struct KernelStats {
     pub dropped_count_map_full: u64,
     pub user_stacks_lost: u64,
     pub kernel_stacks_lost: u64,
+    /// Thread renames seen in the kernel (JVM uprobe and tracepoint).
+    pub renames: u64,
+    /// Renames whose name was lost to a full ring buffer.
+    pub renames_lost: u64,
 }
 
 /// The loaded, attached sampler.
@@ -141,6 +152,7 @@ pub struct Collector {
     stacks: [StackTraceMap<MapData>; 2],
     active_buffer: Array<MapData, u32>,
     stats: PerCpuArray<MapData, u64>,
+    renames: RenameFeed,
 }
 
 impl Collector {
@@ -148,8 +160,14 @@ impl Collector {
     pub fn start(config: &CollectorConfig) -> Result<Self, CollectError> {
         let object = object::object_with_stack_depth(config.stack_depth)?;
         let filter: u8 = u8::from(!config.target_pids.is_empty());
+        let rename_format = TaskRenameFormat::read();
+        let (pid_offset, newcomm_offset) = rename_format
+            .as_ref()
+            .map_or((0, 0), |format| (format.pid, format.newcomm));
         let mut loader = EbpfLoader::new();
         loader.override_global(names::FILTER_BY_TGID, &filter, true);
+        loader.override_global(names::TASK_RENAME_PID_OFFSET, &pid_offset, true);
+        loader.override_global(names::TASK_RENAME_NEWCOMM_OFFSET, &newcomm_offset, true);
         for name in names::COUNTS {
             loader.map_max_entries(name, config.count_map_entries);
         }
@@ -191,6 +209,7 @@ impl Collector {
                 source,
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
+        let renames = RenameFeed::load(&mut ebpf, &rename_format)?;
 
         let program_error = |source| CollectError::Program {
             name: names::PROGRAM_ON_CPU,
@@ -250,7 +269,19 @@ impl Collector {
             stacks,
             active_buffer,
             stats,
+            renames,
         })
+    }
+
+    /// Makes sure the full names of a JVM's threads are reported (`libjvm`
+    /// is the path of its libjvm.so as the process sees it).
+    pub fn watch_jvm(&mut self, pid: u32, libjvm: &str) -> NameFeed {
+        self.renames.watch_jvm(&mut self.ebpf, pid, libjvm)
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.renames.forget(pid);
     }
 
     /// Switches the sampler to the other buffer and returns everything that
@@ -271,6 +302,8 @@ impl Collector {
         let start = std::mem::replace(&mut self.buffer_started, SystemTime::now());
         thread::sleep(FLIP_SETTLE);
         let end = SystemTime::now();
+        // After the flip: every epoch in the idle buffer is announced by now.
+        let renames = self.renames.read();
 
         let counts_name = names::COUNTS[idle];
         let stacks_name = names::STACKS[idle];
@@ -316,6 +349,7 @@ impl Collector {
             start,
             end,
             samples,
+            renames,
         })
     }
 
@@ -381,11 +415,13 @@ impl Collector {
             dropped_count_map_full: sum(stat::COUNT_MAP_FULL),
             user_stacks_lost: sum(stat::USER_STACK_LOST),
             kernel_stacks_lost: sum(stat::KERNEL_STACK_LOST),
+            renames: sum(stat::RENAMES),
+            renames_lost: sum(stat::RENAMES_LOST),
         }
     }
 }
 
-fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, CollectError>
+pub(crate) fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, CollectError>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {

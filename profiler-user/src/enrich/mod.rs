@@ -1,17 +1,34 @@
 //! Stage 2 of the pipeline: **enrich**.
 //!
 //! Turns the collector's thread ids into *who*: the process (name, start time
-//! to tell a reused PID from the original, kernel thread or not) and the
-//! thread's name. Process facts are read from /proc once per process and
-//! cached; a process whose PID disappears, or comes back with another start
-//! time, is reported as exited so that later stages can drop what they cached
-//! for it.
+//! to tell a reused PID from the original, kernel thread or not, its Spark
+//! role, application and executor: [`spark`]) and the thread (its full name
+//! at the sample's name epoch: [`threads`], fed by the kernel's rename events
+//! and by thread dumps: [`jvm_threads`]; and the Spark task it ran).
+//! Process facts are read from /proc once per process and cached; a process
+//! whose PID disappears, or comes back with another start time, is reported
+//! as exited so that later stages can drop what they cached for it.
+//!
+//! Enrichment runs in two steps per drain: [`Enricher::discover`] finds the
+//! processes a drain is about (and reports JVMs seen for the first time, so
+//! the caller can have the collector watch their renames), then
+//! [`Enricher::enrich`] names every sample.
 
+pub mod jvm_threads;
 pub mod spark;
+pub mod threads;
 
 use std::{collections::HashMap, fs, sync::Arc};
 
-use crate::collect::{Drain, RawSample, RawStack};
+use jvm_threads::{DumpPolicy, ThreadDumper};
+use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
+use threads::ThreadNames;
+use tracing::debug;
+
+use crate::collect::{
+    Drain, RawSample, RawStack,
+    thread_names::{NameFeed, RenameSource},
+};
 
 /// `PF_KTHREAD` in the flags field of /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -30,6 +47,16 @@ pub struct ProcessInfo {
     pub kernel_thread: bool,
     /// The language runtime in the process, if one we know.
     pub runtime: Runtime,
+    /// Its Spark role, application and executor.
+    pub spark: SparkProcess,
+}
+
+impl ProcessInfo {
+    /// Whether its threads may run Spark tasks (an executor, or a driver in
+    /// local mode).
+    pub fn runs_tasks(&self) -> bool {
+        self.spark.executor_id.is_some() && self.spark.role.runs_tasks()
+    }
 }
 
 /// Language runtimes whose code needs more than ELF symbols to be named.
@@ -62,7 +89,12 @@ impl Runtime {
 pub struct EnrichedSample {
     pub raw: RawSample,
     pub process: Arc<ProcessInfo>,
+    /// The thread's full name when the sample was taken (its comm when no
+    /// better name is known).
     pub thread_name: String,
+    /// The Spark task the thread ran then (task threads of executors and
+    /// local-mode drivers only).
+    pub task: Option<TaskThread>,
 }
 
 /// One drain, enriched.
@@ -75,66 +107,226 @@ pub struct EnrichedDrain {
     pub exited: Vec<Arc<ProcessInfo>>,
 }
 
-/// The enrich stage and its process cache.
+/// A JVM seen for the first time: the collector should watch its renames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJvm {
+    pub pid: u32,
+    /// Its libjvm.so, as the process sees the path.
+    pub libjvm: String,
+}
+
+/// Thread-naming statistics over a recording, reported in index.json.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ThreadStats {
+    /// JVMs whose renames the uprobe reports with full names.
+    pub jvms_exact_names: u64,
+    /// JVMs named through the tracepoint and thread dumps.
+    pub jvms_dump_names: u64,
+    /// Thread dumps taken, and failed.
+    pub thread_dumps: u64,
+    pub thread_dump_failures: u64,
+}
+
+/// The enrich stage: process cache, thread names, Spark identities.
 #[derive(Default)]
 pub struct Enricher {
     processes: HashMap<u32, Arc<ProcessInfo>>,
+    names: ThreadNames,
+    dumper: ThreadDumper,
+    /// Executors' links to their drivers, for drivers' application IDs.
+    driver_links: HashMap<u32, DriverLink>,
+    /// An executor appeared since drivers were last matched.
+    links_changed: bool,
+    /// Processes first seen in the current drain and already gone.
+    gone: HashMap<u32, Arc<ProcessInfo>>,
+    stats: ThreadStats,
 }
 
 impl Enricher {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(policy: DumpPolicy) -> Self {
+        Self {
+            dumper: ThreadDumper::new(policy),
+            ..Self::default()
+        }
     }
 
-    /// Identifies the processes and threads of a drain.
-    ///
-    /// Samples are matched against the cache first: a process that exited
-    /// after being counted keeps the identity it had while it ran. Only then
-    /// are exits detected, and reported so later stages evict after using
-    /// what they cached for this drain.
-    pub fn enrich(&mut self, drain: Drain) -> EnrichedDrain {
-        // Processes first seen in this drain and already gone: name them after
-        // their main thread's comm if it was sampled.
-        let mut leader_comms: HashMap<u32, String> = HashMap::new();
-        for raw in &drain.samples {
-            if raw.tid == raw.tgid {
-                leader_comms
-                    .entry(raw.tgid)
-                    .or_insert_with(|| raw.comm.clone());
+    /// Thread-naming statistics so far.
+    pub fn thread_stats(&self) -> ThreadStats {
+        ThreadStats {
+            thread_dumps: self.dumper.dumps,
+            thread_dump_failures: self.dumper.failures,
+            ..self.stats
+        }
+    }
+
+    /// Every JVM running on the host now, to watch before sampling starts.
+    pub fn running_jvms(&mut self) -> Vec<NewJvm> {
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let pids: Vec<u32> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+            .collect();
+        pids.into_iter()
+            .filter_map(|pid| self.identify(pid))
+            .filter_map(|info| new_jvm(&info))
+            .collect()
+    }
+
+    /// The collector watches this JVM's renames through `feed`.
+    pub fn watching(&mut self, jvm: &NewJvm, feed: NameFeed) {
+        match &feed {
+            NameFeed::Uprobe => self.stats.jvms_exact_names += 1,
+            NameFeed::Tracepoint { reason } | NameFeed::None { reason } => {
+                self.stats.jvms_dump_names += 1;
+                tracing::info!(
+                    pid = jvm.pid,
+                    "JVM {}: full thread names from thread dumps: {reason}",
+                    jvm.pid
+                );
             }
         }
-        let mut gone: HashMap<u32, Arc<ProcessInfo>> = HashMap::new();
+        self.dumper.watch(jvm.pid, feed);
+    }
+
+    /// Takes the thread dumps that are due for these JVMs now. At start-up
+    /// this learns the names threads were given before sparkprof watched
+    /// their renames, before those threads get renamed again.
+    pub fn dump_threads(&mut self, pids: &[u32]) {
+        for dump in self.dumper.run(pids) {
+            self.names.apply_dump(dump.pid, &dump.threads, dump.time);
+        }
+    }
+
+    /// Identifies the processes of a drain; returns the JVMs among them that
+    /// were not known before.
+    ///
+    /// Samples are matched against the cache first: a process that exited
+    /// after being counted keeps the identity it had while it ran.
+    pub fn discover(&mut self, drain: &Drain) -> Vec<NewJvm> {
+        // Processes first seen in this drain and already gone: name them after
+        // their main thread's comm if it was sampled.
+        let mut leader_comms: HashMap<u32, &str> = HashMap::new();
+        for raw in &drain.samples {
+            if raw.tid == raw.tgid {
+                leader_comms.entry(raw.tgid).or_insert(&raw.comm);
+            }
+        }
+        self.gone.clear();
+        let mut new_jvms = Vec::new();
+        for raw in &drain.samples {
+            if self.processes.contains_key(&raw.tgid) || self.gone.contains_key(&raw.tgid) {
+                continue;
+            }
+            match self.identify(raw.tgid) {
+                Some(info) => new_jvms.extend(new_jvm(&info)),
+                None => {
+                    let info = exited_process(raw, leader_comms.get(&raw.tgid).copied());
+                    self.gone.insert(raw.tgid, Arc::new(info));
+                }
+            }
+        }
+        self.resolve_drivers();
+        new_jvms
+    }
+
+    /// Reads and caches a process not seen before.
+    fn identify(&mut self, pid: u32) -> Option<Arc<ProcessInfo>> {
+        if let Some(info) = self.processes.get(&pid) {
+            return Some(info.clone());
+        }
+        let mut info = read_process(pid)?;
+        if info.spark.role == Role::Executor
+            && let Some(facts) = ProcessFacts::read(pid)
+            && let Some(link) = DriverLink::from_executor_command(&facts.argv, &facts.environ)
+        {
+            self.driver_links.insert(pid, link);
+            self.links_changed = true;
+        }
+        if info.spark.role == Role::Driver && info.spark.app_id.is_none() {
+            info.spark.app_id = self.driver_app_id(pid);
+        }
+        let info = Arc::new(info);
+        self.processes.insert(pid, info.clone());
+        Some(info)
+    }
+
+    /// A driver's application ID, through the executors on this host that
+    /// connect to it (it is not on the driver's command line).
+    fn driver_app_id(&self, pid: u32) -> Option<String> {
+        let links: Vec<DriverLink> = self.driver_links.values().cloned().collect();
+        spark::driver_app_id(pid, &links)
+    }
+
+    /// Drivers seen before their executors: now that new executors are
+    /// known, their application IDs may be found.
+    fn resolve_drivers(&mut self) {
+        if !std::mem::take(&mut self.links_changed) {
+            return;
+        }
+        let unresolved: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|info| info.spark.role == Role::Driver && info.spark.app_id.is_none())
+            .map(|info| info.pid)
+            .collect();
+        for pid in unresolved {
+            if let Some(app_id) = self.driver_app_id(pid)
+                && let Some(info) = self.processes.get_mut(&pid)
+            {
+                let mut resolved = ProcessInfo::clone(info);
+                resolved.spark.app_id = Some(app_id);
+                *info = Arc::new(resolved);
+            }
+        }
+    }
+
+    /// Names the threads of a drain and tags Spark tasks. Call after
+    /// [`Self::discover`] for the same drain.
+    pub fn enrich(&mut self, drain: Drain) -> EnrichedDrain {
+        self.names.apply(&drain.renames);
+        for rename in &drain.renames {
+            if rename.source == RenameSource::TaskRename {
+                self.dumper.renamed(rename.tgid);
+            }
+        }
+        // Thread dumps where due (JVMs first seen, tracepoint-fed JVMs
+        // after renames).
+        let mut sampled: Vec<u32> = drain.samples.iter().map(|s| s.tgid).collect();
+        sampled.sort_unstable();
+        sampled.dedup();
+        self.dump_threads(&sampled);
+
         let mut samples = Vec::with_capacity(drain.samples.len());
         for raw in drain.samples {
             let process = match self
                 .processes
                 .get(&raw.tgid)
-                .or_else(|| gone.get(&raw.tgid))
+                .or_else(|| self.gone.get(&raw.tgid))
             {
                 Some(info) => info.clone(),
-                None => match read_process(raw.tgid) {
-                    Some(info) => {
-                        let info = Arc::new(info);
-                        self.processes.insert(raw.tgid, info.clone());
-                        info
-                    }
-                    None => {
-                        let info = Arc::new(exited_process(&raw, leader_comms.get(&raw.tgid)));
-                        gone.insert(raw.tgid, info.clone());
-                        info
-                    }
-                },
+                None => Arc::new(exited_process(&raw, None)),
             };
-            let thread_name = raw.comm.clone();
+            let thread_name = self
+                .names
+                .name_at(raw.tgid, raw.tid, raw.name_epoch, &raw.comm);
+            let task = if process.runs_tasks() {
+                TaskThread::parse(&thread_name)
+            } else {
+                None
+            };
             samples.push(EnrichedSample {
                 raw,
                 process,
                 thread_name,
+                task,
             });
         }
+        self.names.prune(drain.end);
 
         // Forget processes that are gone or whose PID now names another process.
-        let mut exited: Vec<Arc<ProcessInfo>> = gone.into_values().collect();
+        let mut exited: Vec<Arc<ProcessInfo>> = self.gone.drain().map(|(_, info)| info).collect();
         self.processes.retain(|pid, info| {
             let alive = read_stat(*pid).is_some_and(|stat| stat.start_ticks == info.start_ticks);
             if !alive {
@@ -142,12 +334,29 @@ impl Enricher {
             }
             alive
         });
+        for info in &exited {
+            self.names.forget_process(info.pid);
+            self.dumper.forget(info.pid);
+            self.driver_links.remove(&info.pid);
+            debug!(pid = info.pid, "process exited");
+        }
         EnrichedDrain {
             start: drain.start,
             end: drain.end,
             samples,
             exited,
         }
+    }
+}
+
+/// The JVM a process is, if it is one.
+fn new_jvm(info: &ProcessInfo) -> Option<NewJvm> {
+    match &info.runtime {
+        Runtime::Jvm { libjvm } => Some(NewJvm {
+            pid: info.pid,
+            libjvm: libjvm.clone(),
+        }),
+        Runtime::Native => None,
     }
 }
 
@@ -182,28 +391,35 @@ fn read_process(pid: u32) -> Option<ProcessInfo> {
         fs::read_to_string(format!("/proc/{pid}/maps"))
             .map_or(Runtime::Native, |maps| Runtime::from_maps(&maps))
     };
+    let spark = if kernel_thread {
+        SparkProcess::other()
+    } else {
+        spark::classify_pid(pid)
+    };
     Some(ProcessInfo {
         pid,
         start_ticks: stat.start_ticks,
         name: name.trim_end_matches('\n').to_owned(),
         kernel_thread,
         runtime,
+        spark,
     })
 }
 
 /// A process that exited before it could be read from /proc: named after its
 /// main thread's comm when that thread was sampled, else marked as exited.
-fn exited_process(sample: &RawSample, leader_comm: Option<&String>) -> ProcessInfo {
+fn exited_process(sample: &RawSample, leader_comm: Option<&str>) -> ProcessInfo {
     ProcessInfo {
         pid: sample.tgid,
         start_ticks: 0,
         name: match leader_comm {
-            Some(comm) => comm.clone(),
+            Some(comm) => comm.to_owned(),
             None => format!("[exited] {}", sample.comm),
         },
         kernel_thread: matches!(sample.user, RawStack::Absent)
             && !matches!(sample.kernel, RawStack::Absent),
         runtime: Runtime::Native,
+        spark: SparkProcess::other(),
     }
 }
 

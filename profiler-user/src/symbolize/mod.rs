@@ -24,7 +24,7 @@ use jvm::{JitBatch, JitOptions, JitStats, JitSymbolizer};
 
 use crate::{
     collect::RawStack,
-    enrich::{EnrichedDrain, ProcessInfo},
+    enrich::{EnrichedDrain, ProcessInfo, spark::TaskThread},
 };
 
 /// Where a frame came from; decides its decoration in the folded output.
@@ -62,6 +62,8 @@ pub struct SymbolizedSample {
     pub process: Arc<ProcessInfo>,
     pub tid: u32,
     pub thread_name: String,
+    /// The Spark task the thread ran, if any.
+    pub task: Option<TaskThread>,
     pub frames: Vec<Frame>,
     pub count: u64,
 }
@@ -187,6 +189,7 @@ impl Symbolizer {
                     process: sample.process,
                     tid: sample.raw.tid,
                     thread_name: sample.thread_name,
+                    task: sample.task,
                     frames,
                     count: sample.raw.count,
                 }

@@ -36,9 +36,10 @@ pub fn file_stem(name: &str) -> String {
     }
 }
 
-/// The stack part of a folded line (without the count): process, thread,
-/// then frames root first, kernel frames suffixed `_[k]`.
-pub fn stack_line(sample: &SymbolizedSample) -> String {
+/// The stack part of a folded line (without the count): process, thread
+/// (as `thread` names it), then frames root first, kernel frames suffixed
+/// `_[k]`, JIT frames `_[j]`.
+pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
     let mut line = String::with_capacity(64 + sample.frames.len() * 32);
     let _ = write!(
         line,
@@ -47,7 +48,7 @@ pub fn stack_line(sample: &SymbolizedSample) -> String {
         sample.process.pid
     );
     line.push(';');
-    line.push_str(&sanitize(&sample.thread_name));
+    line.push_str(&sanitize(thread));
     for frame in &sample.frames {
         line.push(';');
         line.push_str(&sanitize(&frame.name));
@@ -104,9 +105,11 @@ mod tests {
                 name: "my app".into(),
                 kernel_thread: false,
                 runtime: crate::enrich::Runtime::Native,
+                spark: crate::enrich::spark::SparkProcess::other(),
             }),
             tid: 43,
             thread_name: "worker;1".into(),
+            task: None,
             frames: vec![
                 frame("[truncated]", FrameKind::Marker),
                 frame("main", FrameKind::User),
@@ -116,10 +119,13 @@ mod tests {
             count: 3,
         };
         assert_eq!(
-            stack_line(&sample),
+            stack_line(&sample, &sample.thread_name),
             "my app [42];worker:1;[truncated];main;std::vec::Vec<T>::push;asm_exc_page_fault_[k]"
         );
-        let stacks = HashMap::from([(stack_line(&sample), 3), ("b [1];t;x".to_owned(), 2)]);
+        let stacks = HashMap::from([
+            (stack_line(&sample, &sample.thread_name), 3),
+            ("b [1];t;x".to_owned(), 2),
+        ]);
         let text = render(&stacks);
         assert_eq!(text.lines().count(), 2);
         assert!(text.ends_with("asm_exc_page_fault_[k] 3\n"));

@@ -49,6 +49,9 @@ pub struct GroupMeta {
     pub pid: Option<u32>,
     pub process: Option<String>,
     pub role: &'static str,
+    pub app_id: Option<String>,
+    pub executor_id: Option<String>,
+    pub stage_id: Option<u64>,
 }
 
 /// One folded file.
@@ -90,9 +93,9 @@ impl FileEntry {
             pid: meta.pid,
             process: meta.process.clone(),
             role: meta.role,
-            app_id: None,
-            executor_id: None,
-            stage_id: None,
+            app_id: meta.app_id.clone(),
+            executor_id: meta.executor_id.clone(),
+            stage_id: meta.stage_id,
             start_time: Some(start),
             end_time: Some(end),
         }
@@ -109,11 +112,20 @@ impl FileEntry {
 
     /// Title of the file's flame graph.
     pub fn title(&self) -> String {
-        let who = match (&self.process, self.pid) {
+        let mut who = match (&self.process, self.pid) {
             (Some(name), Some(pid)) => format!("{name} [{pid}]"),
             (Some(name), None) => name.clone(),
             _ => self.path.clone(),
         };
+        if let Some(app) = &self.app_id {
+            who = format!("{app} {who}");
+        }
+        if let Some(executor) = &self.executor_id {
+            who = format!("{who}, executor {executor}");
+        }
+        if let Some(stage) = self.stage_id {
+            who = format!("{who}, stage {stage}");
+        }
         let kind = match self.kind {
             ProfileKind::Cpu => "on-CPU",
         };

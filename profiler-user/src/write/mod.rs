@@ -5,12 +5,18 @@
 //!
 //! # Layout of the output directory
 //! ```text
-//! DIR/index.json                            what is here (see [`index`])
-//! DIR/processes/<name>-<pid>.cpu.folded     one per sampled user process
-//! DIR/processes/<name>-<pid>.cpu.svg
-//! DIR/kernel/kernel-threads.cpu.folded      all kernel threads together
-//! DIR/kernel/kernel-threads.cpu.svg
+//! DIR/index.json                                   what is here (see [`index`])
+//! DIR/spark/<app>/executor-<id>/stage-<S>.cpu.folded  task samples of stage S in that executor
+//! DIR/spark/<app>/executor-<id>/executor.cpu.folded   the executor JVM's other samples
+//! DIR/spark/<app>/executor-<id>/pyspark-<pid>.cpu.folded  its PySpark daemon and workers
+//! DIR/spark/<app>/executor-driver/...              a local-mode driver runs tasks as executor "driver"
+//! DIR/spark/<app>/driver/driver.cpu.folded         a driver that runs no tasks
+//! DIR/processes/<name>-<pid>.cpu.folded            every other user process
+//! DIR/kernel/kernel-threads.cpu.folded             all kernel threads together
 //! ```
+//! Each `.folded` file has its flame graph beside it (`.svg`). `<app>` is
+//! the application ID (`unknown-app` when it cannot be found, e.g. a driver
+//! whose executors are not on this host).
 //! # Folded lines
 //! Brendan Gregg's format: frames root first, separated by `;`, a space, the
 //! count. The first frame is the process (`name [pid]`), the second the thread
@@ -31,7 +37,13 @@ use std::{
 
 use tracing::debug;
 
-use crate::symbolize::{SymbolizedDrain, SymbolizedSample};
+use crate::{
+    enrich::{
+        ProcessInfo,
+        spark::{Role, TaskThread},
+    },
+    symbolize::{SymbolizedDrain, SymbolizedSample},
+};
 
 /// The kind of profile a file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -56,6 +68,165 @@ enum Group {
     Process { pid: u32, start_ticks: u64 },
     /// All kernel threads.
     KernelThreads,
+    /// Task samples of one stage in one executor (or local-mode driver).
+    SparkStage {
+        app: String,
+        executor: String,
+        stage: u32,
+    },
+    /// The other samples of a Spark JVM (executor or driver): GC, shuffle,
+    /// RPC, idle task threads.
+    SparkJvm {
+        app: String,
+        executor: Option<String>,
+        role: Role,
+    },
+    /// A PySpark daemon or worker of an executor.
+    SparkPython {
+        app: String,
+        executor: String,
+        pid: u32,
+        start_ticks: u64,
+    },
+}
+
+/// What the writer is told about how to draw threads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// In stage files, name the thread frame after the task
+    /// (`task 3.0 TID 57`) so a flame graph splits per task; otherwise all
+    /// task threads share one frame and the stage's stacks merge.
+    pub task_frames: bool,
+}
+
+/// The thread frame of all task samples when tasks are not split.
+const TASK_THREAD_FRAME: &str = "Executor task launch worker";
+
+/// Directory name for an application ID.
+fn app_dir(app: &str) -> String {
+    folded::file_stem(app)
+}
+
+fn app_of(process: &ProcessInfo) -> String {
+    process
+        .spark
+        .app_id
+        .clone()
+        .unwrap_or_else(|| UNKNOWN_APP.to_owned())
+}
+
+/// `<app>` when the application ID is not known.
+const UNKNOWN_APP: &str = "unknown-app";
+
+impl Group {
+    /// The file a sample belongs to.
+    fn of(sample: &SymbolizedSample) -> Self {
+        let process = &sample.process;
+        if process.kernel_thread {
+            return Self::KernelThreads;
+        }
+        let spark = &process.spark;
+        match spark.role {
+            Role::Executor | Role::Driver => {
+                if let (Some(executor), Some((stage, _))) = (
+                    spark.executor_id.as_ref(),
+                    sample.task.as_ref().and_then(TaskThread::stage),
+                ) {
+                    return Self::SparkStage {
+                        app: app_of(process),
+                        executor: executor.clone(),
+                        stage,
+                    };
+                }
+                Self::SparkJvm {
+                    app: app_of(process),
+                    executor: spark.executor_id.clone(),
+                    role: spark.role,
+                }
+            }
+            Role::PysparkDaemon | Role::PysparkWorker if spark.executor_id.is_some() => {
+                Self::SparkPython {
+                    app: app_of(process),
+                    executor: spark.executor_id.clone().unwrap_or_default(),
+                    pid: process.pid,
+                    start_ticks: process.start_ticks,
+                }
+            }
+            _ => Self::Process {
+                pid: process.pid,
+                start_ticks: process.start_ticks,
+            },
+        }
+    }
+
+    /// Path of its file, without the `.<kind>.folded` suffix.
+    fn base_path(&self, sample: &SymbolizedSample) -> PathBuf {
+        let executor_dir = |app: &str, executor: &str| {
+            PathBuf::from("spark")
+                .join(app_dir(app))
+                .join(format!("executor-{}", folded::file_stem(executor)))
+        };
+        match self {
+            Self::KernelThreads => PathBuf::from("kernel/kernel-threads"),
+            Self::Process { pid, .. } => PathBuf::from("processes")
+                .join(format!("{}-{pid}", folded::file_stem(&sample.process.name))),
+            Self::SparkStage {
+                app,
+                executor,
+                stage,
+            } => executor_dir(app, executor).join(format!("stage-{stage}")),
+            Self::SparkJvm {
+                app,
+                executor: Some(executor),
+                role,
+            } => executor_dir(app, executor).join(role_file(*role)),
+            Self::SparkJvm {
+                app,
+                executor: None,
+                role,
+            } => PathBuf::from("spark")
+                .join(app_dir(app))
+                .join(role.as_str())
+                .join(role_file(*role)),
+            Self::SparkPython {
+                app, executor, pid, ..
+            } => executor_dir(app, executor).join(format!("pyspark-{pid}")),
+        }
+    }
+
+    /// What the index says about the group.
+    fn meta(&self, sample: &SymbolizedSample) -> index::GroupMeta {
+        let process = &sample.process;
+        match self {
+            Self::KernelThreads => index::GroupMeta {
+                pid: None,
+                process: Some("[kernel threads]".into()),
+                role: "kernel",
+                app_id: None,
+                executor_id: None,
+                stage_id: None,
+            },
+            _ => index::GroupMeta {
+                pid: Some(process.pid),
+                process: Some(process.name.clone()),
+                role: process.spark.role.as_str(),
+                app_id: process.spark.app_id.clone(),
+                executor_id: process.spark.executor_id.clone(),
+                stage_id: match self {
+                    Self::SparkStage { stage, .. } => Some(u64::from(*stage)),
+                    _ => None,
+                },
+            },
+        }
+    }
+}
+
+/// File name of a Spark JVM's samples outside tasks.
+fn role_file(role: Role) -> &'static str {
+    match role {
+        Role::Driver => "driver",
+        _ => "executor",
+    }
 }
 
 #[derive(Debug)]
@@ -69,6 +240,7 @@ struct OutputFile {
 /// The write stage: folded aggregates per file, flushed on demand.
 pub struct Writer {
     dir: PathBuf,
+    options: WriteOptions,
     files: HashMap<(ProfileKind, Group), OutputFile>,
     used_paths: HashMap<PathBuf, (ProfileKind, Group)>,
     start: Option<SystemTime>,
@@ -77,9 +249,10 @@ pub struct Writer {
 
 impl Writer {
     /// A writer into `dir` (created on first flush).
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub fn new(dir: impl Into<PathBuf>, options: WriteOptions) -> Self {
         Self {
             dir: dir.into(),
+            options,
             files: HashMap::new(),
             used_paths: HashMap::new(),
             start: None,
@@ -107,19 +280,11 @@ impl Writer {
         start: SystemTime,
         end: SystemTime,
     ) {
-        let group = if sample.process.kernel_thread {
-            Group::KernelThreads
-        } else {
-            Group::Process {
-                pid: sample.process.pid,
-                start_ticks: sample.process.start_ticks,
-            }
-        };
+        let group = Group::of(&sample);
         let key = (kind, group.clone());
         if !self.files.contains_key(&key) {
             let rel_path = self.unique_path(kind, &group, &sample);
-            let entry =
-                index::FileEntry::new(&rel_path, kind, &group_meta(&group, &sample), start, end);
+            let entry = index::FileEntry::new(&rel_path, kind, &group.meta(&sample), start, end);
             self.used_paths.insert(rel_path.clone(), key.clone());
             self.files.insert(
                 key.clone(),
@@ -132,7 +297,12 @@ impl Writer {
             );
         }
         let file = self.files.get_mut(&key).expect("inserted above");
-        let line = folded::stack_line(&sample);
+        let thread = match (&group, &sample.task) {
+            (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => task.task_label(),
+            (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.to_owned(),
+            _ => sample.thread_name.clone(),
+        };
+        let line = folded::stack_line(&sample, &thread);
         *file.stacks.entry(line).or_insert(0) += sample.count;
         file.entry.samples += sample.count;
         file.entry.extend_time(start, end);
@@ -140,11 +310,7 @@ impl Writer {
     }
 
     fn unique_path(&self, kind: ProfileKind, group: &Group, sample: &SymbolizedSample) -> PathBuf {
-        let base = match group {
-            Group::KernelThreads => PathBuf::from("kernel/kernel-threads"),
-            Group::Process { pid, .. } => PathBuf::from("processes")
-                .join(format!("{}-{pid}", folded::file_stem(&sample.process.name))),
-        };
+        let base = group.base_path(sample);
         // A reused PID with the same name gets its own file.
         (1..)
             .map(|n| {
@@ -198,21 +364,5 @@ impl Writer {
             Some(err) => Err(err),
             None => Ok(written),
         }
-    }
-}
-
-/// What the index says about a group.
-fn group_meta(group: &Group, sample: &SymbolizedSample) -> index::GroupMeta {
-    match group {
-        Group::KernelThreads => index::GroupMeta {
-            pid: None,
-            process: Some("[kernel threads]".into()),
-            role: "kernel",
-        },
-        Group::Process { pid, .. } => index::GroupMeta {
-            pid: Some(*pid),
-            process: Some(sample.process.name.clone()),
-            role: "other",
-        },
     }
 }

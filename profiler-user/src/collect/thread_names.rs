@@ -1,0 +1,355 @@
+//! The kernel's rename feed: full Java thread names as threads get them.
+//!
+//! A uprobe on HotSpot's `os::set_native_thread_name` is attached once per
+//! distinct libjvm.so (uprobes live on the file's inode, so one attachment
+//! covers every JVM that maps it, in any container). JVMs whose libjvm.so
+//! lacks the symbol are put in the `task_rename` tracepoint's watch list
+//! instead: that feed only says *that* a thread was renamed (and its comm),
+//! and userspace asks the JVM for the full name. Renames arrive through a
+//! ring buffer, read after each buffer flip so that every epoch a drained
+//! count carries has already been announced.
+
+use std::{
+    collections::{HashMap as StdHashMap, HashSet},
+    fs,
+    os::unix::fs::MetadataExt as _,
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, RingBuf},
+    programs::{TracePoint, UProbe, uprobe::UProbeScope},
+};
+use profiler_common::{RenameEvent, THREAD_NAME_LEN, names, rename_source};
+use tracing::{debug, info, warn};
+
+use super::{CollectError, jvm_symbol, take_map};
+
+/// Where a thread's new name came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RenameSource {
+    /// HotSpot's native-name call: the full Java thread name.
+    JvmNativeName,
+    /// The task_rename tracepoint: only the 15-byte comm.
+    TaskRename,
+}
+
+/// One rename, as the kernel saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadRename {
+    pub tgid: u32,
+    pub tid: u32,
+    /// The thread's name epoch from this rename on.
+    pub epoch: u32,
+    pub time: SystemTime,
+    pub name: String,
+    /// The name filled the kernel's buffer and may have been cut.
+    pub truncated: bool,
+    pub source: RenameSource,
+}
+
+impl ThreadRename {
+    /// Decodes one ring-buffer record.
+    pub fn decode(bytes: &[u8], boot: &MonotonicClock) -> Option<Self> {
+        if bytes.len() < size_of::<RenameEvent>() {
+            return None;
+        }
+        // SAFETY: the length is checked; RenameEvent is plain data and every
+        // bit pattern is valid; the record may be unaligned.
+        let event: RenameEvent = unsafe { bytes.as_ptr().cast::<RenameEvent>().read_unaligned() };
+        let end = event.name.iter().position(|&b| b == 0);
+        let name = String::from_utf8_lossy(&event.name[..end.unwrap_or(THREAD_NAME_LEN)]);
+        Some(Self {
+            tgid: event.tgid,
+            tid: event.tid,
+            epoch: event.epoch,
+            time: boot.to_system_time(event.ktime_ns),
+            name: name.into_owned(),
+            truncated: end.is_none_or(|end| end + 1 >= THREAD_NAME_LEN),
+            source: if event.source == rename_source::TASK_RENAME {
+                RenameSource::TaskRename
+            } else {
+                RenameSource::JvmNativeName
+            },
+        })
+    }
+}
+
+/// Converts `bpf_ktime_get_ns` (CLOCK_MONOTONIC) to wall-clock time.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    /// Wall-clock time at monotonic zero.
+    origin: SystemTime,
+}
+
+impl MonotonicClock {
+    pub fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid pointer to a timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let mono = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        Self {
+            origin: SystemTime::now() - mono,
+        }
+    }
+
+    pub fn to_system_time(&self, ktime_ns: u64) -> SystemTime {
+        self.origin + Duration::from_nanos(ktime_ns)
+    }
+}
+
+/// How a JVM's full thread names reach sparkprof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameFeed {
+    /// Exact: the uprobe sees every rename with its full name.
+    Uprobe,
+    /// The tracepoint reports renames; names come from Thread.print.
+    Tracepoint { reason: String },
+    /// Neither (the reason says why): names come from periodic Thread.print
+    /// and comm.
+    None { reason: String },
+}
+
+/// The rename programs, their attachments and the ring buffer.
+pub struct RenameFeed {
+    renames: RingBuf<MapData>,
+    watch: HashMap<MapData, u32, u8>,
+    /// libjvm.so files (device, inode) the uprobe is on, or why it is not.
+    libjvms: StdHashMap<(u64, u64), Result<(), String>>,
+    watched: HashSet<u32>,
+    tracepoint: Result<(), String>,
+    clock: MonotonicClock,
+}
+
+impl RenameFeed {
+    /// Loads the uprobe and the tracepoint (attaching the latter), whose
+    /// record format was read before the object was loaded.
+    pub fn load(
+        ebpf: &mut Ebpf,
+        format: &Result<TaskRenameFormat, String>,
+    ) -> Result<Self, CollectError> {
+        let program_error = |name| move |source| CollectError::Program { name, source };
+        let uprobe: &mut UProbe = ebpf
+            .program_mut(names::PROGRAM_JVM_THREAD_NAME)
+            .ok_or(CollectError::MissingProgram(names::PROGRAM_JVM_THREAD_NAME))?
+            .try_into()
+            .map_err(program_error(names::PROGRAM_JVM_THREAD_NAME))?;
+        uprobe
+            .load()
+            .map_err(program_error(names::PROGRAM_JVM_THREAD_NAME))?;
+
+        let tracepoint = match format {
+            Ok(_) => {
+                let program: &mut TracePoint = ebpf
+                    .program_mut(names::PROGRAM_TASK_RENAME)
+                    .ok_or(CollectError::MissingProgram(names::PROGRAM_TASK_RENAME))?
+                    .try_into()
+                    .map_err(program_error(names::PROGRAM_TASK_RENAME))?;
+                program
+                    .load()
+                    .and_then(|()| program.attach("task", "task_rename").map(drop))
+                    .map_err(|err| format!("task_rename tracepoint not attached: {err}"))
+            }
+            Err(reason) => Err(reason.clone()),
+        };
+        if let Err(reason) = &tracepoint {
+            warn!("{reason}");
+        }
+        Ok(Self {
+            renames: take_map(ebpf, names::RENAMES)?,
+            watch: take_map(ebpf, names::RENAME_WATCH_TGIDS)?,
+            libjvms: StdHashMap::new(),
+            watched: HashSet::new(),
+            tracepoint,
+            clock: MonotonicClock::now(),
+        })
+    }
+
+    /// Makes sure a JVM's renames are seen: the uprobe on its libjvm.so
+    /// (`libjvm` as the process sees the path), else the tracepoint.
+    pub fn watch_jvm(&mut self, ebpf: &mut Ebpf, pid: u32, libjvm: &str) -> NameFeed {
+        // Through the process's root: a containerized JVM's library is not
+        // at that path in our mount namespace.
+        let path = PathBuf::from(format!("/proc/{pid}/root{libjvm}"));
+        let attached = match fs::metadata(&path) {
+            Ok(meta) => {
+                let key = (meta.dev(), meta.ino());
+                self.libjvms
+                    .entry(key)
+                    .or_insert_with(|| attach_uprobe(ebpf, &path, libjvm))
+                    .clone()
+            }
+            Err(err) => Err(format!("cannot open {}: {err}", path.display())),
+        };
+        match attached {
+            Ok(()) => NameFeed::Uprobe,
+            Err(reason) => match &self.tracepoint {
+                Ok(()) => {
+                    if self.watched.insert(pid)
+                        && let Err(err) = self.watch.insert(&pid, &1u8, 0)
+                    {
+                        self.watched.remove(&pid);
+                        return NameFeed::None {
+                            reason: format!("{reason}; rename watch list full ({err})"),
+                        };
+                    }
+                    NameFeed::Tracepoint { reason }
+                }
+                Err(tracepoint) => NameFeed::None {
+                    reason: format!("{reason}; {tracepoint}"),
+                },
+            },
+        }
+    }
+
+    /// Stops watching an exited process.
+    pub fn forget(&mut self, pid: u32) {
+        if self.watched.remove(&pid) {
+            let _ = self.watch.remove(&pid);
+        }
+    }
+
+    /// Every rename announced so far.
+    pub fn read(&mut self) -> Vec<ThreadRename> {
+        let mut renames = Vec::new();
+        while let Some(item) = self.renames.next() {
+            match ThreadRename::decode(&item, &self.clock) {
+                Some(rename) => renames.push(rename),
+                None => debug!(len = item.len(), "short rename record ignored"),
+            }
+        }
+        renames
+    }
+}
+
+fn attach_uprobe(ebpf: &mut Ebpf, path: &std::path::Path, libjvm: &str) -> Result<(), String> {
+    let offset = jvm_symbol::set_native_thread_name_offset(path).map_err(|err| err.to_string())?;
+    let program: &mut UProbe = ebpf
+        .program_mut(names::PROGRAM_JVM_THREAD_NAME)
+        .ok_or("the rename uprobe is missing from the object")?
+        .try_into()
+        .map_err(|err| format!("{err}"))?;
+    program
+        .attach([offset], path, UProbeScope::AllProcesses)
+        .map_err(|err| format!("uprobe on {libjvm}+{offset:#x} failed: {err}"))?;
+    info!("full thread names from {libjvm} (uprobe at {offset:#x})");
+    Ok(())
+}
+
+/// Field offsets of the task_rename record, from tracefs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskRenameFormat {
+    /// Offset of `pid` (absent on kernels that dropped it: 0).
+    pub pid: u32,
+    pub newcomm: u32,
+}
+
+impl TaskRenameFormat {
+    const PATHS: [&str; 2] = [
+        "/sys/kernel/tracing/events/task/task_rename/format",
+        "/sys/kernel/debug/tracing/events/task/task_rename/format",
+    ];
+
+    /// Reads the format from tracefs.
+    pub fn read() -> Result<Self, String> {
+        let text = Self::PATHS
+            .iter()
+            .find_map(|path| fs::read_to_string(path).ok())
+            .ok_or("task_rename tracepoint format not readable (is tracefs mounted?)")?;
+        Self::parse(&text).ok_or_else(|| "task_rename format has no newcomm field".into())
+    }
+
+    /// Parses `field:char newcomm[16];\toffset:28;\tsize:16;...` lines.
+    pub fn parse(text: &str) -> Option<Self> {
+        let offset_of = |field: &str| {
+            text.lines()
+                .find(|line| {
+                    line.trim_start()
+                        .strip_prefix("field:")
+                        .and_then(|decl| decl.split(';').next())
+                        .and_then(|decl| decl.split_whitespace().last())
+                        .is_some_and(|name| name.split('[').next() == Some(field))
+                })
+                .and_then(|line| line.split("offset:").nth(1))
+                .and_then(|rest| rest.split(';').next())
+                .and_then(|offset| offset.trim().parse::<u32>().ok())
+        };
+        Some(Self {
+            pid: offset_of("pid").unwrap_or(0),
+            newcomm: offset_of("newcomm")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORMAT_6_18: &str = "name: task_rename\nID: 204\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+\tfield:pid_t pid;\toffset:8;\tsize:4;\tsigned:1;\n\
+\tfield:char oldcomm[16];\toffset:12;\tsize:16;\tsigned:0;\n\
+\tfield:char newcomm[16];\toffset:28;\tsize:16;\tsigned:0;\n\
+\tfield:short oom_score_adj;\toffset:44;\tsize:2;\tsigned:1;\n";
+
+    #[test]
+    fn parses_the_task_rename_format() {
+        assert_eq!(
+            TaskRenameFormat::parse(FORMAT_6_18),
+            Some(TaskRenameFormat {
+                pid: 8,
+                newcomm: 28
+            })
+        );
+        let without_pid =
+            FORMAT_6_18.replace("\tfield:pid_t pid;\toffset:8;\tsize:4;\tsigned:1;\n", "");
+        assert_eq!(TaskRenameFormat::parse(&without_pid).unwrap().pid, 0);
+        assert_eq!(TaskRenameFormat::parse("garbage"), None);
+    }
+
+    #[test]
+    fn decodes_a_rename_record() {
+        let mut event = RenameEvent {
+            tgid: 10,
+            tid: 11,
+            epoch: 3,
+            source: rename_source::JVM_NATIVE_NAME,
+            ktime_ns: 5_000_000_000,
+            name: [0; THREAD_NAME_LEN],
+        };
+        let name = b"Executor task launch worker for task 1.0 in stage 2.0 (TID 3)";
+        event.name[..name.len()].copy_from_slice(name);
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&event as *const RenameEvent).cast::<u8>(),
+                size_of::<RenameEvent>(),
+            )
+        };
+        let clock = MonotonicClock {
+            origin: SystemTime::UNIX_EPOCH,
+        };
+        let rename = ThreadRename::decode(bytes, &clock).unwrap();
+        assert_eq!(rename.name.as_bytes(), name);
+        assert_eq!(rename.epoch, 3);
+        assert!(!rename.truncated);
+        assert_eq!(rename.time, SystemTime::UNIX_EPOCH + Duration::from_secs(5));
+        assert!(ThreadRename::decode(&bytes[..10], &clock).is_none());
+
+        event.name = [b'x'; THREAD_NAME_LEN];
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&event as *const RenameEvent).cast::<u8>(),
+                size_of::<RenameEvent>(),
+            )
+        };
+        let cut = ThreadRename::decode(bytes, &clock).unwrap();
+        assert!(cut.truncated);
+        assert_eq!(cut.name.len(), THREAD_NAME_LEN);
+    }
+}

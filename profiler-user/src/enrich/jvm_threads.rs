@@ -1,0 +1,305 @@
+//! Full Java thread names from thread dumps (`jcmd Thread.print`), and when
+//! to take one.
+//!
+//! The rename uprobe gives exact names from the moment it is attached; a
+//! dump fills in what it cannot see: names threads had before (once, when a
+//! JVM is first seen), and every name of a JVM whose libjvm.so has no
+//! `os::set_native_thread_name` symbol (after the `task_rename` tracepoint
+//! reports a rename, debounced to one dump per interval, plus a slow
+//! periodic dump as a safety net). A dump costs the JVM a safepoint (a few
+//! milliseconds for hundreds of threads), so it is rate-limited per JVM and
+//! never retried fast against a JVM that refuses.
+
+use std::{
+    collections::HashMap,
+    fs,
+    time::{Duration, Instant, SystemTime},
+};
+
+use perf_maps::{AttachError, Jvm};
+use tracing::{debug, info};
+
+use crate::collect::thread_names::NameFeed;
+
+/// When thread dumps are taken.
+#[derive(Debug, Clone)]
+pub struct DumpPolicy {
+    /// Take dumps at all (`--no-jvm-attach` turns them off).
+    pub attach: bool,
+    /// At most one dump per JVM within this interval.
+    pub min_interval: Duration,
+    /// Without the uprobe, dump at least this often while the JVM is sampled.
+    pub safety_interval: Duration,
+}
+
+impl Default for DumpPolicy {
+    fn default() -> Self {
+        Self {
+            attach: true,
+            min_interval: Duration::from_secs(1),
+            safety_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Failed dumps in a row after which a JVM is left alone.
+const MAX_FAILURES: u32 = 3;
+
+/// One JVM's dump state.
+#[derive(Debug)]
+struct JvmDumps {
+    feed: NameFeed,
+    last: Option<Instant>,
+    /// Renames reported by the tracepoint since the last dump.
+    renamed: bool,
+    failures: u32,
+    given_up: bool,
+}
+
+/// A finished dump: (tid as the host sees it, full name) pairs.
+pub struct Dump {
+    pub pid: u32,
+    pub time: SystemTime,
+    pub threads: Vec<(u32, String)>,
+}
+
+/// Thread dumps of every JVM sparkprof names threads for.
+#[derive(Debug, Default)]
+pub struct ThreadDumper {
+    policy: DumpPolicy,
+    jvms: HashMap<u32, JvmDumps>,
+    /// Dumps taken and failed, for the statistics.
+    pub dumps: u64,
+    pub failures: u64,
+}
+
+impl ThreadDumper {
+    pub fn new(policy: DumpPolicy) -> Self {
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+
+    /// A JVM whose renames now reach sparkprof through `feed`.
+    pub fn watch(&mut self, pid: u32, feed: NameFeed) {
+        self.jvms.entry(pid).or_insert(JvmDumps {
+            feed,
+            last: None,
+            renamed: false,
+            failures: 0,
+            given_up: false,
+        });
+    }
+
+    /// How a JVM's names are fed, if it is watched.
+    pub fn feed(&self, pid: u32) -> Option<&NameFeed> {
+        self.jvms.get(&pid).map(|jvm| &jvm.feed)
+    }
+
+    /// The tracepoint reported a rename in this JVM.
+    pub fn renamed(&mut self, pid: u32) {
+        if let Some(jvm) = self.jvms.get_mut(&pid) {
+            jvm.renamed = true;
+        }
+    }
+
+    pub fn forget(&mut self, pid: u32) {
+        self.jvms.remove(&pid);
+    }
+
+    /// JVMs (among `sampled`) that should be dumped now.
+    fn due(&self, sampled: &[u32]) -> Vec<u32> {
+        if !self.policy.attach {
+            return Vec::new();
+        }
+        sampled
+            .iter()
+            .copied()
+            .filter(|pid| {
+                let Some(jvm) = self.jvms.get(pid) else {
+                    return false;
+                };
+                if jvm.given_up {
+                    return false;
+                }
+                let Some(last) = jvm.last else {
+                    return true;
+                };
+                let since = last.elapsed();
+                let backoff = self.policy.min_interval * 2u32.pow(jvm.failures.min(5));
+                if since < backoff {
+                    return false;
+                }
+                match jvm.feed {
+                    NameFeed::Uprobe => false,
+                    NameFeed::Tracepoint { .. } | NameFeed::None { .. } => {
+                        jvm.renamed || since >= self.policy.safety_interval
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Dumps the JVMs that are due, in parallel (each blocks on its JVM for a
+    /// fraction of a second), and returns what they said.
+    pub fn run(&mut self, sampled: &[u32]) -> Vec<Dump> {
+        let due = self.due(sampled);
+        if due.is_empty() {
+            return Vec::new();
+        }
+        let results: Vec<(u32, Result<Dump, AttachError>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = due
+                .iter()
+                .map(|&pid| (pid, scope.spawn(move || dump(pid))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|(pid, handle)| {
+                    let result = handle
+                        .join()
+                        .unwrap_or(Err(AttachError::ProcessExited { pid }));
+                    (pid, result)
+                })
+                .collect()
+        });
+        let mut dumps = Vec::new();
+        for (pid, result) in results {
+            let Some(jvm) = self.jvms.get_mut(&pid) else {
+                continue;
+            };
+            jvm.last = Some(Instant::now());
+            jvm.renamed = false;
+            match result {
+                Ok(dump) => {
+                    self.dumps += 1;
+                    jvm.failures = 0;
+                    dumps.push(dump);
+                }
+                Err(err) => {
+                    self.failures += 1;
+                    jvm.failures += 1;
+                    let permanent = matches!(
+                        err,
+                        AttachError::ReducedSignals { .. }
+                            | AttachError::AttachDisabled { .. }
+                            | AttachError::NotAJvm { .. }
+                            | AttachError::ProcessExited { .. }
+                            | AttachError::NoSuchProcess { .. }
+                    );
+                    if permanent || jvm.failures >= MAX_FAILURES {
+                        jvm.given_up = true;
+                        info!(
+                            pid,
+                            "JVM thread names from comm only (no thread dumps): {err}"
+                        );
+                    } else {
+                        debug!(pid, "thread dump failed, will retry: {err}");
+                    }
+                }
+            }
+        }
+        dumps
+    }
+}
+
+/// One thread dump, with thread ids translated to the host's.
+fn dump(pid: u32) -> Result<Dump, AttachError> {
+    let jvm = Jvm::new(pid)?;
+    let time = SystemTime::now();
+    let threads = jvm.thread_names()?;
+    let host_tids = if jvm.nspid() == pid {
+        None
+    } else {
+        Some(namespace_tids(pid))
+    };
+    let threads = threads
+        .into_iter()
+        .filter_map(|thread| {
+            let tid = match &host_tids {
+                None => thread.nid,
+                Some(map) => *map.get(&thread.nid)?,
+            };
+            Some((tid, thread.name))
+        })
+        .collect();
+    Ok(Dump { pid, time, threads })
+}
+
+/// Thread ids of a process in another PID namespace: its namespace's TID
+/// (the last `NSpid:` field of each thread's status) to the host's.
+fn namespace_tids(pid: u32) -> HashMap<u32, u32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| {
+            let host: u32 = task.file_name().to_str()?.parse().ok()?;
+            let status = fs::read_to_string(task.path().join("status")).ok()?;
+            let inner: u32 = status
+                .lines()
+                .find_map(|line| line.strip_prefix("NSpid:"))?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()?;
+            Some((inner, host))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dumper() -> ThreadDumper {
+        let mut dumper = ThreadDumper::new(DumpPolicy::default());
+        dumper.watch(10, NameFeed::Uprobe);
+        dumper.watch(
+            20,
+            NameFeed::Tracepoint {
+                reason: "stripped".into(),
+            },
+        );
+        dumper
+    }
+
+    #[test]
+    fn every_jvm_is_dumped_once_when_first_seen() {
+        let dumper = dumper();
+        assert_eq!(dumper.due(&[10, 20, 30]), vec![10, 20]);
+    }
+
+    #[test]
+    fn only_tracepoint_jvms_are_dumped_again_after_a_rename() {
+        let mut dumper = dumper();
+        let long_ago = Instant::now() - Duration::from_secs(5);
+        for jvm in dumper.jvms.values_mut() {
+            jvm.last = Some(long_ago);
+        }
+        assert!(dumper.due(&[10, 20]).is_empty());
+        dumper.renamed(10);
+        dumper.renamed(20);
+        assert_eq!(dumper.due(&[10, 20]), vec![20]);
+        // Not twice within the minimum interval.
+        dumper.jvms.get_mut(&20).unwrap().last = Some(Instant::now());
+        assert!(dumper.due(&[20]).is_empty());
+    }
+
+    #[test]
+    fn no_dumps_without_attach() {
+        let mut dumper = ThreadDumper::new(DumpPolicy {
+            attach: false,
+            ..DumpPolicy::default()
+        });
+        dumper.watch(10, NameFeed::Uprobe);
+        assert!(dumper.due(&[10]).is_empty());
+    }
+
+    #[test]
+    fn own_threads_map_to_themselves_in_our_namespace() {
+        let map = namespace_tids(std::process::id());
+        assert_eq!(map.get(&std::process::id()), Some(&std::process::id()));
+    }
+}
