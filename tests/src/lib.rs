@@ -5,6 +5,8 @@
 //! machine's C compiler. Whatever they need and cannot find makes them fail,
 //! loudly: nothing is skipped.
 
+pub mod spark;
+
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},

@@ -4,11 +4,11 @@
 //! suite in `tests/`, which runs the release `sparkprof` binary as root
 //! against real workloads, one test at a time (they sample the whole host
 //! and change sysctls). A missing component (root, BPF, java, a C
-//! compiler) fails the run; nothing is skipped.
+//! compiler, pyspark) fails the run; nothing is skipped.
 
 use anyhow::{Result, bail};
 
-use crate::{build, pinned_cargo, run_cmd, toolchain};
+use crate::{build, pinned_cargo, run_cmd, spark, toolchain};
 
 /// Library crates with unit tests.
 const UNIT_CRATES: &[&str] = &["profiler-common", "profiler-user", "perf-maps"];
@@ -19,6 +19,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     // Components the tests use: a C compiler and a JDK.
     toolchain::apt_install(&["gcc", "libc6-dev", "openjdk-17-jdk-headless"])?;
+    // A real Spark (pyspark from PyPI) for the end-to-end stage-tagging test.
+    let spark_venv = spark::setup()?;
     let binary = build()?;
     lint()?;
 
@@ -41,7 +43,8 @@ pub fn run(args: &[String]) -> Result<()> {
             "--test-threads=1",
         ])
         .args(args)
-        .env("SPARKPROF_BIN", &binary);
+        .env("SPARKPROF_BIN", &binary)
+        .env(spark::VENV_VAR, &spark_venv);
     run_cmd(&mut integration)
 }
 

@@ -1,0 +1,261 @@
+//! Issue 4 end to end: a real Spark (pyspark 4.3.0 from PyPI, installed by
+//! `cargo xtask test`), standalone Master + Worker on this host, two executor
+//! JVMs with one core each, a PySpark application with JVM stages, a Python
+//! UDF stage and Python RDD lambdas. sparkprof records the whole host from
+//! before the application starts; its (executor, stage) files must match the
+//! task time in Spark's own event log, and the pyspark workers' samples must
+//! carry their executor's ID.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use sparkprof_tests::{
+    Recorder, require_root,
+    spark::{Cluster, EventLog, Job, SparkInstall},
+};
+
+const FREQUENCY: u64 = 99;
+/// An (executor, stage) whose task threads used at least this much CPU must
+/// have samples: at 99 Hz that is ~50 expected samples, and the chance of
+/// sampling none of them is about e^-50. A quarter of that (12 samples)
+/// would still leave no room for chance, so the threshold only rules out
+/// stages too small to say anything about.
+const MIN_CPU_NS: u64 = 500_000_000;
+
+fn s(v: &Value) -> Option<&str> {
+    v.as_str()
+}
+
+#[test]
+fn spark_stages_are_tagged_per_executor() {
+    require_root();
+    let install = SparkInstall::locate();
+    let started = Instant::now();
+    let mut cluster = Cluster::start(&install);
+    eprintln!(
+        "cluster up at {} in {:.1?}",
+        cluster.master_url,
+        started.elapsed()
+    );
+
+    // Before the application (and its executors) exist.
+    let freq = FREQUENCY.to_string();
+    // Stopped by SIGINT below; the duration only ends it should the test
+    // panic before that.
+    let recorder = Recorder::start(&["--frequency", &freq, "--duration", "600"]);
+    let job = cluster.run_job("spark_job.py", &["3", "2000000"], Duration::from_secs(240));
+    let recording = recorder.stop_with(libc::SIGINT);
+    // Ground truth, read before the cluster's directory goes.
+    let truth = EventLog::read(&job.event_log);
+    let leftover = cluster.stop();
+    eprintln!(
+        "application {} took {:.1?}; whole test so far {:.1?}",
+        job.app_id,
+        job.elapsed,
+        started.elapsed()
+    );
+    assert!(
+        leftover.is_empty(),
+        "Spark processes survived the cluster's stop: {leftover:?}"
+    );
+    recording.assert_ok();
+
+    check(&truth, &job, &recording.files());
+    eprintln!("whole test {:.1?}", started.elapsed());
+}
+
+/// The assertions: sparkprof's index entries `files` against the event
+/// log and the processes seen while the application ran.
+fn check(truth: &EventLog, job: &Job, files: &[&Value]) {
+    // Ground truth.
+    assert_eq!(
+        truth.app_id, job.app_id,
+        "the event log is the application's"
+    );
+    let ran: BTreeSet<&str> = truth.stages.keys().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(
+        truth.executors.len(),
+        2,
+        "two executors expected: {:?}",
+        truth.executors
+    );
+    assert_eq!(
+        ran,
+        truth.executors.iter().map(String::as_str).collect(),
+        "both executors ran tasks"
+    );
+    let executor_pids = job.executor_pids();
+    let mut pythons: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for (&pid, proc) in &job.processes {
+        let python = proc.cmdline.first().is_some_and(|c| c.contains("python"));
+        if let (true, Some(executor)) = (python, job.executor_of(pid)) {
+            pythons.entry(executor).or_default().insert(pid);
+        }
+    }
+    eprintln!(
+        "seen in /proc: {} processes; executor JVMs {executor_pids:?}; python under them {pythons:?}",
+        job.processes.len()
+    );
+    assert_eq!(
+        executor_pids.values().collect::<BTreeSet<_>>(),
+        truth.executors.iter().collect::<BTreeSet<_>>(),
+        "the executor JVMs seen in /proc are the event log's"
+    );
+
+    // What sparkprof wrote.
+    let mut measured: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut roles: BTreeMap<String, u64> = BTreeMap::new();
+    for f in files {
+        let samples = f["samples"].as_u64().unwrap_or(0);
+        *roles
+            .entry(s(&f["role"]).unwrap_or("<none>").to_owned())
+            .or_default() += samples;
+        if s(&f["role"]) != Some("executor") || samples == 0 {
+            continue;
+        }
+        // Another engineer's Spark may run on this host too: files of other
+        // applications are ignored, but one of our executor JVMs must carry
+        // our application and its own executor ID.
+        let pid = f["pid"].as_u64().unwrap() as u32;
+        let ours = s(&f["app_id"]) == Some(truth.app_id.as_str());
+        let Some(real) = executor_pids.get(&pid) else {
+            assert!(
+                !ours,
+                "{f}: our application's, but pid {pid} is none of our executor JVMs {executor_pids:?}"
+            );
+            continue;
+        };
+        assert!(
+            ours,
+            "{f}: pid {pid} is executor {real} of {}",
+            truth.app_id
+        );
+        let executor = s(&f["executor_id"])
+            .unwrap_or_else(|| panic!("executor file without executor_id: {f}"))
+            .to_owned();
+        assert_eq!(
+            &executor, real,
+            "pid {pid} is executor {real} by its command line: {f}"
+        );
+        if let Some(stage) = f["stage_id"].as_u64() {
+            *measured.entry((executor, stage)).or_default() += samples;
+        }
+    }
+
+    // The table, truth vs. measured.
+    let pairs: BTreeSet<&(String, u64)> = truth.stages.keys().chain(measured.keys()).collect();
+    eprintln!("samples by role: {roles:?}");
+    eprintln!("executor stage tasks  run_s  cpu_s  expected  sampled  name");
+    for pair @ (executor, stage) in pairs {
+        let t = truth.stages.get(pair).cloned().unwrap_or_default();
+        eprintln!(
+            "{executor:>8} {stage:>5} {:>5} {:>6.2} {:>6.2} {:>9.0} {:>8}  {}",
+            t.tasks,
+            t.run_ms as f64 / 1e3,
+            t.cpu_ns as f64 / 1e9,
+            t.cpu_ns as f64 / 1e9 * FREQUENCY as f64,
+            measured.get(pair).copied().unwrap_or(0),
+            truth
+                .stage_names
+                .get(stage)
+                .map(String::as_str)
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .collect::<String>()
+        );
+    }
+
+    // Stage files for both executors.
+    for executor in &truth.executors {
+        assert!(
+            measured.keys().any(|(e, _)| e == executor),
+            "no stage file (role \"executor\", stage_id set, samples > 0) for executor {executor} \
+             of {}; index.json has samples by role {roles:?} over {} files",
+            truth.app_id,
+            files.len()
+        );
+    }
+    // No samples in a stage an executor never ran.
+    for (pair @ (executor, stage), samples) in &measured {
+        assert!(
+            truth.stages.contains_key(pair),
+            "{samples} samples of executor {executor} in stage {stage}, which it never ran \
+             (the event log has no task of that stage on it)"
+        );
+    }
+    // Every stage with enough task CPU on an executor was seen there.
+    for (pair @ (executor, stage), t) in &truth.stages {
+        if t.cpu_ns >= MIN_CPU_NS {
+            assert!(
+                measured.get(pair).copied().unwrap_or(0) > 0,
+                "executor {executor} spent {:.2} s of task CPU in stage {stage} (~{:.0} samples \
+                 expected at {FREQUENCY} Hz) but sparkprof reports none",
+                t.cpu_ns as f64 / 1e9,
+                t.cpu_ns as f64 / 1e9 * FREQUENCY as f64
+            );
+        }
+    }
+    assert!(
+        truth.stages.values().any(|t| t.cpu_ns >= MIN_CPU_NS),
+        "the job is too small: no (executor, stage) reached {MIN_CPU_NS} ns of CPU"
+    );
+
+    // Python workers carry their executor's ID.
+    let mut python: BTreeMap<String, u64> = BTreeMap::new();
+    let mut checked: BTreeSet<String> = BTreeSet::new();
+    for f in files
+        .iter()
+        .filter(|f| matches!(s(&f["role"]), Some("pyspark-worker" | "pyspark-daemon")))
+    {
+        let pid = f["pid"].as_u64().unwrap() as u32;
+        let ours = s(&f["app_id"]) == Some(truth.app_id.as_str());
+        // Whose it is, by the process tree seen while the application ran.
+        let Some(real) = job.executor_of(pid) else {
+            // Not a process seen under our executors: another application's
+            // (or one too short-lived for the 250 ms poll).
+            if ours {
+                let executor = s(&f["executor_id"]).unwrap_or_default();
+                assert!(
+                    truth.executors.contains(executor),
+                    "pyspark file of our application with unknown executor {executor:?}: {f}"
+                );
+                if s(&f["role"]) == Some("pyspark-worker") {
+                    *python.entry(executor.to_owned()).or_default() +=
+                        f["samples"].as_u64().unwrap_or(0);
+                }
+            }
+            continue;
+        };
+        assert!(
+            ours,
+            "{f}: pid {pid} runs under executor {real} of {}",
+            truth.app_id
+        );
+        let executor =
+            s(&f["executor_id"]).unwrap_or_else(|| panic!("pyspark file without executor_id: {f}"));
+        assert_eq!(
+            executor, real,
+            "pid {pid} descends from executor {real}'s JVM: {f}"
+        );
+        checked.insert(real.to_owned());
+        if s(&f["role"]) == Some("pyspark-worker") {
+            *python.entry(real.to_owned()).or_default() += f["samples"].as_u64().unwrap_or(0);
+        }
+    }
+    eprintln!("pyspark-worker samples by executor: {python:?}");
+    for executor in &truth.executors {
+        assert!(
+            python.get(executor).copied().unwrap_or(0) > 0,
+            "no pyspark-worker samples for executor {executor}; both executors ran the Python \
+             UDF and lambda stages (samples by role: {roles:?})"
+        );
+        assert!(
+            checked.contains(executor),
+            "no pyspark file of executor {executor} is a process seen under its JVM"
+        );
+    }
+}
