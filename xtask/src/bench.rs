@@ -14,10 +14,16 @@
 //! 3. sparkprof's own cost: CPU time per wall second and peak RSS of the
 //!    profiler process at 99 Hz over a 20 s recording under load, with the
 //!    CPU time of perf record and bpftrace for comparison.
+//! 4. JIT frames (sparkprof alone, see [`jit`]): perf-map load time and
+//!    lookup rate, and the share of a busy JVM's JIT frames named and
+//!    misnamed.
 //!
-//! Everything the profilers write goes to a scratch directory that is
-//! removed afterwards; the results are printed and written into the section
-//! of BENCHMARKS.md between [`BEGIN_MARKER`] and [`END_MARKER`]. Needs root.
+//! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
+//! `cost`, `jit`). Everything the profilers write goes to a scratch
+//! directory that is removed afterwards; the results are printed and each
+//! section is written into its own marked block of BENCHMARKS.md (see
+//! [`write_sections`]), so a partial run keeps the other sections' latest
+//! figures. Needs root.
 
 use std::{
     cell::RefCell,
@@ -33,8 +39,12 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use crate::{build, run_cmd, toolchain, workspace_root};
 
-const USAGE: &str =
-    "usage: cargo xtask bench [--runs N]   (N: interleaved pairs per profiler, default 5)";
+mod jit;
+
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]]
+  N: interleaved pairs per profiler (default 5)
+  SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames);
+           default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
 const DEFAULT_RUNS: usize = 5;
@@ -66,45 +76,134 @@ const BPF_PROG_TYPE_PERF_EVENT: u64 = 7;
 const TARGET_CPU_PERCENT: f64 = 0.5;
 const TARGET_RSS_MIB: f64 = 64.0;
 
-/// The section of BENCHMARKS.md that every run rewrites.
-const BEGIN_MARKER: &str = "<!-- BEGIN cargo xtask bench: generated, rewritten by every run -->";
-const END_MARKER: &str = "<!-- END cargo xtask bench -->";
+/// Before the JIT section's load and lookup figures the bench waits this
+/// long for an idle host, then measures anyway and says so: the JIT name
+/// shares do not depend on idleness.
+const JIT_QUIET_PATIENCE: Duration = Duration::from_secs(15);
+
+/// The sections of the benchmark, in the order they run and appear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    Kernel,
+    Overhead,
+    Cost,
+    Jit,
+}
+
+impl Section {
+    const ALL: [Section; 4] = [
+        Section::Kernel,
+        Section::Overhead,
+        Section::Cost,
+        Section::Jit,
+    ];
+
+    /// Its name for `--only` and in its BENCHMARKS.md markers.
+    fn name(self) -> &'static str {
+        match self {
+            Section::Kernel => "kernel",
+            Section::Overhead => "overhead",
+            Section::Cost => "cost",
+            Section::Jit => "jit",
+        }
+    }
+
+    fn begin_marker(self) -> String {
+        format!("<!-- BEGIN cargo xtask bench: {} -->", self.name())
+    }
+
+    fn end_marker(self) -> String {
+        format!("<!-- END cargo xtask bench: {} -->", self.name())
+    }
+
+    /// Whether it compares sparkprof with perf and bpftrace.
+    fn uses_peers(self) -> bool {
+        self != Section::Jit
+    }
+}
+
+/// The command line of `cargo xtask bench`.
+#[derive(Debug, PartialEq, Eq)]
+struct Options {
+    runs: usize,
+    /// The sections to run, in [`Section::ALL`] order.
+    sections: Vec<Section>,
+    /// Whether `--only` chose them.
+    only: bool,
+}
 
 pub fn run(args: &[String]) -> Result<()> {
-    let runs = parse_runs(args)?;
+    if let [flag, dir] = args
+        && flag == jit::MAP_FIGURES_FLAG
+    {
+        return jit::print_map_figures(Path::new(dir));
+    }
+    let options = parse_options(args)?;
+    let runs = options.runs;
     if unsafe { libc::geteuid() } != 0 {
         bail!("the benchmark loads eBPF programs and samples the whole host: run it as root");
     }
-    toolchain::apt_install(&["gcc", "libc6-dev", "linux-perf", "bpftrace"])
-        .context("installing the benchmark's C compiler, perf and bpftrace from Debian")?;
+    let peers = options.sections.iter().any(|s| s.uses_peers());
+    if peers {
+        toolchain::apt_install(&["gcc", "libc6-dev", "linux-perf", "bpftrace"])
+            .context("installing the benchmark's C compiler, perf and bpftrace from Debian")?;
+    }
     let sparkprof = build()?;
-    let versions = Versions::detect(&sparkprof)?;
+    let versions = if peers {
+        Versions::detect(&sparkprof)?
+    } else {
+        Versions::sparkprof_only(&sparkprof)?
+    };
     interrupt::install();
 
     let started = Instant::now();
     let scratch = Scratch::create()?;
     let bench = Bench {
-        workload: compile_workload(scratch.path())?,
+        workload: if peers {
+            compile_workload(scratch.path())?
+        } else {
+            PathBuf::new()
+        },
         sparkprof,
         scratch: scratch.path().to_path_buf(),
         incidents: RefCell::default(),
     };
     let host = Host::detect()?;
+    let wants = |section| options.sections.contains(&section);
+    let per_sample = match wants(Section::Kernel) {
+        true => Some(bench.per_sample_costs()?),
+        false => None,
+    };
+    let overhead = match wants(Section::Overhead) {
+        true => Some(bench.overheads(runs)?),
+        false => None,
+    };
+    let own_cost = match wants(Section::Cost) {
+        true => Some(bench.own_costs()?),
+        false => None,
+    };
+    let jit = match wants(Section::Jit) {
+        true => Some(bench.jit()?),
+        false => None,
+    };
     let report = Report {
-        command: command_line(runs),
+        command: command_line(&options),
         host,
         versions,
         runs,
-        per_sample: bench.per_sample_costs()?,
-        overhead: bench.overheads(runs)?,
-        own_cost: bench.own_costs()?,
+        per_sample,
+        overhead,
+        own_cost,
+        jit,
         incidents: bench.incidents.take(),
     };
 
-    let section = report.markdown();
-    println!("\n{section}");
+    let sections = report.sections();
+    for (_, text) in &sections {
+        println!("\n{text}");
+    }
     let path = workspace_root().join("BENCHMARKS.md");
-    write_section(&path, &section)?;
+    write_sections(&path, &sections)?;
     eprintln!(
         "xtask: bench finished in {:.0} s; results written to {}",
         started.elapsed().as_secs_f64(),
@@ -113,26 +212,68 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn parse_runs(args: &[String]) -> Result<usize> {
-    let value = match args {
-        [] => return Ok(DEFAULT_RUNS),
-        [flag, value] if flag == "--runs" => value.as_str(),
-        [flag] if flag.starts_with("--runs=") => &flag["--runs=".len()..],
-        _ => bail!("{USAGE}"),
-    };
-    match value.parse::<usize>() {
-        Ok(runs) if runs >= 1 => Ok(runs),
-        _ => bail!("--runs needs a positive number, got {value:?}\n{USAGE}"),
+fn parse_options(args: &[String]) -> Result<Options> {
+    let mut runs = None;
+    let mut only: Option<Vec<Section>> = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag, Some(value.to_owned())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = || -> Result<String> {
+            match inline.clone().or_else(|| args.next().cloned()) {
+                Some(value) => Ok(value),
+                None => bail!("{flag} needs a value\n{USAGE}"),
+            }
+        };
+        match flag {
+            "--runs" => {
+                let value = value()?;
+                match value.parse::<usize>() {
+                    Ok(n) if n >= 1 => runs = Some(n),
+                    _ => bail!("--runs needs a positive number, got {value:?}\n{USAGE}"),
+                }
+            }
+            "--only" => {
+                let value = value()?;
+                let chosen = only.get_or_insert_with(Vec::new);
+                for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    match Section::ALL.into_iter().find(|s| s.name() == name) {
+                        Some(section) => chosen.push(section),
+                        None => bail!("unknown section {name:?}\n{USAGE}"),
+                    }
+                }
+            }
+            _ => bail!("{USAGE}"),
+        }
     }
+    let sections: Vec<Section> = match &only {
+        Some(chosen) if chosen.is_empty() => bail!("--only needs a section\n{USAGE}"),
+        Some(chosen) => Section::ALL
+            .into_iter()
+            .filter(|s| chosen.contains(s))
+            .collect(),
+        None => Section::ALL.to_vec(),
+    };
+    Ok(Options {
+        runs: runs.unwrap_or(DEFAULT_RUNS),
+        only: only.is_some(),
+        sections,
+    })
 }
 
 /// The exact command that reproduces a run, for BENCHMARKS.md.
-fn command_line(runs: usize) -> String {
-    if runs == DEFAULT_RUNS {
-        "cargo xtask bench".to_owned()
-    } else {
-        format!("cargo xtask bench --runs {runs}")
+fn command_line(options: &Options) -> String {
+    let mut command = "cargo xtask bench".to_owned();
+    if options.runs != DEFAULT_RUNS {
+        command += &format!(" --runs {}", options.runs);
     }
+    if options.only {
+        let names: Vec<&str> = options.sections.iter().map(|s| s.name()).collect();
+        command += &format!(" --only {}", names.join(","));
+    }
+    command
 }
 
 /// Compiles `xtask/bench/workload.c` with frame pointers (like the programs
@@ -318,6 +459,31 @@ impl Bench {
                 self.retrying(|| self.own_cost(profiler))
             })
             .collect()
+    }
+
+    /// Figure 4: JIT frames (sparkprof only). The load and lookup figures
+    /// want an idle host but are taken anyway after [`JIT_QUIET_PATIENCE`]
+    /// (the report says so); the JVM recording needs no idle host, since
+    /// it measures names, not time.
+    fn jit(&self) -> Result<jit::JitReport> {
+        let busy = match wait_for_quiet_host_within(JIT_QUIET_PATIENCE)? {
+            Ok(()) => None,
+            Err(busy) => {
+                progress(&format!(
+                    "[jit] the host stays busy ({busy:.0} % of one core): measuring anyway, noted in the report"
+                ));
+                Some(busy)
+            }
+        };
+        let dir = self.scratch.join("jit");
+        fs::create_dir_all(&dir)?;
+        progress(&format!(
+            "[jit] perf-map load and lookups on a {}-entry map",
+            jit::MAP_ENTRIES
+        ));
+        let map = jit::map_figures_optimized(&dir)?;
+        let jvm = jit::jvm_figures(&self.sparkprof, &dir)?;
+        Ok(jit::JitReport { map, jvm, busy })
     }
 
     fn own_cost(&self, profiler: Profiler) -> Result<OwnCost> {
@@ -965,6 +1131,15 @@ struct Versions {
 }
 
 impl Versions {
+    /// Only sparkprof's, for a run without perf and bpftrace.
+    fn sparkprof_only(sparkprof: &Path) -> Result<Self> {
+        Ok(Self {
+            sparkprof: version_of(Command::new(sparkprof).arg("--version"))?,
+            perf: String::new(),
+            bpftrace: String::new(),
+        })
+    }
+
     fn detect(sparkprof: &Path) -> Result<Self> {
         Ok(Self {
             sparkprof: version_of(Command::new(sparkprof).arg("--version"))?,
@@ -989,15 +1164,48 @@ struct Report {
     host: Host,
     versions: Versions,
     runs: usize,
-    per_sample: Vec<PerSample>,
-    overhead: Vec<Overhead>,
-    own_cost: Vec<OwnCost>,
+    per_sample: Option<Vec<PerSample>>,
+    overhead: Option<Vec<Overhead>>,
+    own_cost: Option<Vec<OwnCost>>,
+    jit: Option<jit::JitReport>,
     incidents: Vec<String>,
 }
 
 impl Report {
-    /// The generated section of BENCHMARKS.md, also printed as the result.
-    fn markdown(&self) -> String {
+    /// The generated blocks of BENCHMARKS.md of the sections that ran, also
+    /// printed as the result. Each says when and how it was measured, since
+    /// blocks of different runs stand side by side.
+    fn sections(&self) -> Vec<(Section, String)> {
+        let mut sections = Vec::new();
+        if let Some(per_sample) = &self.per_sample {
+            let text = self.per_sample_table(per_sample);
+            sections.push((Section::Kernel, text));
+        }
+        if let Some(overhead) = &self.overhead {
+            sections.push((Section::Overhead, self.overhead_table(overhead)));
+        }
+        if let Some(own_cost) = &self.own_cost {
+            sections.push((Section::Cost, self.own_cost_table(own_cost)));
+        }
+        if let Some(jit) = &self.jit {
+            sections.push((Section::Jit, jit.markdown()));
+        }
+        let incidents = self.incidents_note();
+        let last = sections.len().saturating_sub(1);
+        sections
+            .into_iter()
+            .enumerate()
+            .map(|(i, (section, table))| {
+                let (heading, rest) = table.split_once("\n\n").unwrap_or((&table, ""));
+                let note = if i == last { incidents.as_str() } else { "" };
+                let text = format!("{heading}\n\n{}\n\n{rest}{note}", self.measured(section));
+                (section, text)
+            })
+            .collect()
+    }
+
+    /// When, where, with which command and which tools a section was measured.
+    fn measured(&self, section: Section) -> String {
         let Host {
             date,
             kernel,
@@ -1009,15 +1217,14 @@ impl Report {
             perf,
             bpftrace,
         } = &self.versions;
+        let tools = if section.uses_peers() {
+            format!("{sparkprof}, {perf}, {bpftrace}")
+        } else {
+            sparkprof.clone()
+        };
         format!(
-            "## Latest results\n\n\
-             Measured {date} with `{command}` on Linux {kernel}, {cpus} CPUs ({cpu_model}); \
-             {sparkprof}, {perf}, {bpftrace}.\n\n{}\n{}\n{}{}",
-            self.per_sample_table(),
-            self.overhead_table(),
-            self.own_cost_table(),
-            self.incidents_note(),
-            command = self.command,
+            "Measured {date} with `{}` on Linux {kernel}, {cpus} CPUs ({cpu_model}); {tools}.",
+            self.command
         )
     }
 
@@ -1030,9 +1237,8 @@ impl Report {
         format!("\n### Incidents\n\n{}", items.concat())
     }
 
-    fn per_sample_table(&self) -> String {
-        let bpftrace = self
-            .per_sample
+    fn per_sample_table(&self, per_sample: &[PerSample]) -> String {
+        let bpftrace = per_sample
             .iter()
             .find(|p| p.profiler.tool == Tool::Bpftrace)
             .map(PerSample::ns_per_sample);
@@ -1042,7 +1248,7 @@ impl Report {
              |---|--:|--:|--:|--:|--:|---|\n",
             COST_ROUND.as_secs_f64()
         );
-        for p in &self.per_sample {
+        for p in per_sample {
             let ratio = bpftrace.map_or(f64::NAN, |b| p.ns_per_sample() / b);
             let target = match p.profiler.tool {
                 Tool::Sparkprof => met(ratio <= 1.0),
@@ -1058,42 +1264,17 @@ impl Report {
                 rounds.join(", ")
             );
         }
-        table + &self.per_sample_noise()
+        table + &per_sample_noise(per_sample)
     }
 
-    /// Whether the rounds of the two profilers overlap: if they do, the
-    /// ratio is within the round-to-round noise, whichever way it points.
-    fn per_sample_noise(&self) -> String {
-        let ranges: Vec<(String, f64, f64)> = self
-            .per_sample
-            .iter()
-            .map(|p| {
-                let low = p.rounds.iter().copied().fold(f64::INFINITY, f64::min);
-                let high = p.rounds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                (p.profiler.to_string(), low, high)
-            })
-            .collect();
-        let [(a, a_low, a_high), (b, b_low, b_high)] = ranges.as_slice() else {
-            return String::new();
-        };
-        let verdict = if a_low <= b_high && b_low <= a_high {
-            "they overlap, so the difference is within the round-to-round noise"
-        } else {
-            "they do not overlap"
-        };
-        format!(
-            "\nRounds: {a} {a_low:.0}–{a_high:.0} ns, {b} {b_low:.0}–{b_high:.0} ns per sample; {verdict}.\n"
-        )
-    }
-
-    fn overhead_table(&self) -> String {
+    fn overhead_table(&self, overhead: &[Overhead]) -> String {
         let mut table = format!(
             "### 2. Overhead on a fixed CPU workload (2 threads, {} interleaved pairs each)\n\n\
              | profiler | unprofiled, median s | profiled, median s | profiled / unprofiled, median of pairs | range of pairs |\n\
              |---|--:|--:|--:|--:|\n",
             self.runs
         );
-        for o in &self.overhead {
+        for o in overhead {
             let ratios = o.ratios();
             let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
             let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -1106,8 +1287,7 @@ impl Report {
                 100.0 * (ratio - 1.0)
             );
         }
-        let unprofiled: Vec<f64> = self
-            .overhead
+        let unprofiled: Vec<f64> = overhead
             .iter()
             .flat_map(|o| o.unprofiled.iter().copied())
             .collect();
@@ -1122,14 +1302,14 @@ impl Report {
             )
     }
 
-    fn own_cost_table(&self) -> String {
+    fn own_cost_table(&self, own_cost: &[OwnCost]) -> String {
         let mut table = format!(
             "### 3. The profiler's own cost ({OWN_COST_HZ} Hz, {} s recording, both CPUs busy)\n\n\
              | profiler | CPU while recording, % of one core | CPU over its whole life, % of one core | life, s | peak RSS before SIGINT, MiB | peak RSS incl. final write, MiB | targets: < {TARGET_CPU_PERCENT} % CPU, < {TARGET_RSS_MIB} MiB |\n\
              |---|--:|--:|--:|--:|--:|---|\n",
             OWN_COST_WINDOW.as_secs()
         );
-        for o in &self.own_cost {
+        for o in own_cost {
             let target = match o.profiler.tool {
                 Tool::Sparkprof => format!(
                     "CPU {}, RSS {}",
@@ -1152,28 +1332,105 @@ impl Report {
     }
 }
 
-/// Replaces the generated section of `path` (between the markers) with
-/// `section`, keeping everything people wrote around it; appends the
-/// section if the markers are missing, creates the file if it is.
-fn write_section(path: &Path, section: &str) -> Result<()> {
-    let existing = match fs::read_to_string(path) {
+/// Whether the rounds of the two profilers overlap: if they do, the ratio
+/// is within the round-to-round noise, whichever way it points.
+fn per_sample_noise(per_sample: &[PerSample]) -> String {
+    let ranges: Vec<(String, f64, f64)> = per_sample
+        .iter()
+        .map(|p| {
+            let low = p.rounds.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = p.rounds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (p.profiler.to_string(), low, high)
+        })
+        .collect();
+    let [(a, a_low, a_high), (b, b_low, b_high)] = ranges.as_slice() else {
+        return String::new();
+    };
+    let verdict = if a_low <= b_high && b_low <= a_high {
+        "they overlap, so the difference is within the round-to-round noise"
+    } else {
+        "they do not overlap"
+    };
+    format!(
+        "\nRounds: {a} {a_low:.0}–{a_high:.0} ns, {b} {b_low:.0}–{b_high:.0} ns per sample; {verdict}.\n"
+    )
+}
+
+/// Writes each section's text into its own block of `path`, between
+/// [`Section::begin_marker`] and [`Section::end_marker`], keeping
+/// everything else: what people wrote and the blocks of sections that did
+/// not run (their latest figures stay). A missing block is inserted after
+/// the block of the nearest earlier section, or before the nearest later
+/// one, or appended under a "Latest results" heading; a missing file is
+/// created.
+fn write_sections(path: &Path, sections: &[(Section, String)]) -> Result<()> {
+    let mut text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => "# Benchmarks\n".to_owned(),
         Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
     };
-    let generated = format!("{BEGIN_MARKER}\n{section}{END_MARKER}\n");
-    let text = match (existing.find(BEGIN_MARKER), existing.find(END_MARKER)) {
-        (Some(begin), Some(end)) if begin < end => {
-            let after = &existing[end + END_MARKER.len()..];
-            format!(
-                "{}{generated}{}",
-                &existing[..begin],
-                after.strip_prefix('\n').unwrap_or(after)
-            )
-        }
-        _ => format!("{}\n{generated}", existing.trim_end()),
-    };
+    for (section, body) in sections {
+        text = with_block(&text, *section, body);
+    }
     fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `text` with `section`'s block replaced by (or given) `body`.
+fn with_block(text: &str, section: Section, body: &str) -> String {
+    let (begin, end) = (section.begin_marker(), section.end_marker());
+    let block = format!("{begin}\n{body}{end}\n");
+    if let (Some(b), Some(e)) = (text.find(&begin), text.find(&end))
+        && b < e
+    {
+        let after = &text[e + end.len()..];
+        return format!(
+            "{}{block}{}",
+            &text[..b],
+            after.strip_prefix('\n').unwrap_or(after)
+        );
+    }
+    let index = Section::ALL.iter().position(|s| *s == section).unwrap_or(0);
+    // After the nearest earlier block...
+    for earlier in Section::ALL[..index].iter().rev() {
+        let marker = earlier.end_marker();
+        if let Some(at) = text.find(&marker) {
+            let at = at + marker.len();
+            let at = if text[at..].starts_with('\n') {
+                at + 1
+            } else {
+                at
+            };
+            return format!("{}\n{block}{}", &text[..at], &text[at..]);
+        }
+    }
+    // ... or before the nearest later one ...
+    for later in &Section::ALL[index + 1..] {
+        if let Some(at) = text.find(&later.begin_marker()) {
+            return format!("{}{block}\n{}", &text[..at], &text[at..]);
+        }
+    }
+    // ... or at the end.
+    let heading = if text.contains("## Latest results") {
+        ""
+    } else {
+        "\n## Latest results\n"
+    };
+    format!("{}\n{heading}\n{block}", text.trim_end())
+}
+
+/// Like [`wait_for_quiet_host`], but gives up after `patience` without
+/// failing: `Err(busy)` says how busy the host still was (% of one core).
+fn wait_for_quiet_host_within(patience: Duration) -> Result<std::result::Result<(), f64>> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let busy = busy_cpu_percent(QUIET_WINDOW)?;
+        if busy < QUIET_BUSY_PERCENT {
+            return Ok(Ok(()));
+        }
+        if Instant::now() > deadline {
+            return Ok(Err(busy));
+        }
+    }
 }
 
 /// Waits until nothing else uses the CPUs: the figures compare profilers
@@ -1268,5 +1525,54 @@ mod interrupt {
             bail!("interrupted");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_chooses_sections_in_their_order() {
+        let options = parse_options(&args(&["--only", "jit,kernel", "--runs=3"])).unwrap();
+        assert_eq!(options.sections, [Section::Kernel, Section::Jit]);
+        assert_eq!(options.runs, 3);
+        assert_eq!(
+            command_line(&options),
+            "cargo xtask bench --runs 3 --only kernel,jit"
+        );
+        let all = parse_options(&[]).unwrap();
+        assert_eq!(all.sections, Section::ALL);
+        assert_eq!(command_line(&all), "cargo xtask bench");
+        assert!(parse_options(&args(&["--only", "gpu"])).is_err());
+        assert!(parse_options(&args(&["--only"])).is_err());
+    }
+
+    #[test]
+    fn a_section_block_is_replaced_or_inserted_keeping_the_others() {
+        let text = "# B\n\n## Latest results\n\n\
+                    <!-- BEGIN cargo xtask bench: kernel -->\nold kernel\n<!-- END cargo xtask bench: kernel -->\n\n\
+                    <!-- BEGIN cargo xtask bench: cost -->\nold cost\n<!-- END cargo xtask bench: cost -->\n\ntail\n";
+        let replaced = with_block(text, Section::Kernel, "new kernel\n");
+        assert!(
+            replaced.contains("new kernel\n<!-- END cargo xtask bench: kernel -->\n\n<!-- BEGIN")
+        );
+        assert!(!replaced.contains("old kernel") && replaced.contains("old cost"));
+        let inserted = with_block(text, Section::Overhead, "overhead\n");
+        let (k, o, c) = (
+            inserted.find("old kernel").unwrap(),
+            inserted.find("overhead\n").unwrap(),
+            inserted.find("old cost").unwrap(),
+        );
+        assert!(k < o && o < c);
+        let appended = with_block(text, Section::Jit, "jit\n");
+        assert!(appended.find("old cost").unwrap() < appended.find("jit\n").unwrap());
+        assert!(appended.contains("tail\n"));
+        let fresh = with_block("# B\n", Section::Jit, "jit\n");
+        assert!(fresh.contains("## Latest results") && fresh.contains("jit\n<!-- END"));
     }
 }

@@ -26,7 +26,9 @@ commands:
   record [-- ARGS] build, then `sparkprof record` (default: -d 10 -o profiles)
   test             build, then every test: lints, unit, real-kernel integration
   lint             cargo fmt --check and cargo clippy -D warnings
-  bench [--runs N] build, then sparkprof vs perf and bpftrace; writes BENCHMARKS.md
+  bench [--runs N] [--only SECTION[,SECTION]]
+                   build, then sparkprof vs perf and bpftrace, and JIT naming;
+                   writes BENCHMARKS.md (sections: kernel, overhead, cost, jit)
 ";
 
 fn main() -> ExitCode {

@@ -70,6 +70,10 @@ struct RecordArgs {
     /// Java frames with the JDK's full signatures instead of `pkg.Class.method`.
     #[arg(long)]
     java_signatures: bool,
+    /// Append the name given to every JIT frame, with its address and drain
+    /// window, to FILE (for `cargo xtask bench --only jit`).
+    #[arg(long, value_name = "FILE", hide = true)]
+    jit_audit: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -113,6 +117,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
             } else {
                 NameStyle::Readable
             },
+            audit: args.jit_audit,
             ..JitOptions::default()
         },
     };

@@ -1,6 +1,6 @@
 //! Options and statistics of JIT symbolization.
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use perf_maps::NameStyle;
 use serde::Serialize;
@@ -15,13 +15,19 @@ pub struct JitOptions {
     pub keep_maps: bool,
     /// Readable `pkg.Class.method` names, or the JDK's full signatures.
     pub name_style: NameStyle,
-    /// Never ask one JVM twice within this interval.
+    /// Never ask one JVM twice within this interval (less 0.1 s for the
+    /// jitter of the drain tick: with the default 1 s drains, a JVM whose
+    /// code keeps changing can be asked once per drain).
     pub min_dump_interval: Duration,
     /// While a JVM's compiler threads are busy (code cache churn), refresh
     /// its map at least this often.
     pub churn_dump_interval: Duration,
     /// Refresh a JVM's map at least this often while its JIT code is sampled.
     pub max_map_age: Duration,
+    /// Append one line per distinct (drain, pid, address) of JIT code to
+    /// this file: the name given and the drain's time window (hidden
+    /// `--jit-audit`; see [`super::audit`]). For the benchmark.
+    pub audit: Option<PathBuf>,
 }
 
 impl Default for JitOptions {
@@ -33,6 +39,7 @@ impl Default for JitOptions {
             min_dump_interval: Duration::from_secs(1),
             churn_dump_interval: Duration::from_secs(3),
             max_map_age: Duration::from_secs(20),
+            audit: None,
         }
     }
 }
