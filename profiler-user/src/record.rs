@@ -51,6 +51,9 @@ pub struct RecordOptions {
     pub jit: JitOptions,
     /// How output is drawn.
     pub write: WriteOptions,
+    /// Full Java thread names from the rename uprobe where possible (else
+    /// only from the tracepoint and thread dumps).
+    pub jvm_rename_uprobe: bool,
 }
 
 /// Why a recording could not run or finish.
@@ -223,6 +226,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         stack_map_entries,
         count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
         target_pids: options.pids.clone(),
+        jvm_rename_uprobe: options.jvm_rename_uprobe,
     };
     let collector = Collector::start(&config)?;
     info!(
@@ -251,13 +255,14 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     }
     let pids: Vec<u32> = running.iter().map(|jvm| jvm.pid).collect();
     pipeline.enricher.dump_threads(&pids);
-    let header = |stats, jit| Header {
+    let header = |stats, jit, threads| Header {
         tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
         host: sysctl::read("kernel/hostname").unwrap_or_default(),
         frequency_hz: options.frequency_hz,
         stack_depth,
         stats,
         jit,
+        threads,
     };
 
     let started = Instant::now();
@@ -281,7 +286,11 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                     last_flush = Instant::now();
                     if let Err(err) = pipeline
                         .writer
-                        .flush(&header(pipeline.collector.stats(), pipeline.symbolizer.jit_stats())) {
+                        .flush(&header(
+                            pipeline.collector.stats(),
+                            pipeline.symbolizer.jit_stats(),
+                            pipeline.enricher.thread_stats(),
+                        )) {
                         warn!("periodic flush failed, will retry: {err}");
                     }
                 }
@@ -297,7 +306,11 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     drop(pipeline.collector);
     let files = final_flush(
         &mut pipeline.writer,
-        &header(stats, pipeline.symbolizer.jit_stats()),
+        &header(
+            stats,
+            pipeline.symbolizer.jit_stats(),
+            pipeline.enricher.thread_stats(),
+        ),
         options.write_retry,
         &mut sigint,
         &mut sigterm,

@@ -8,6 +8,7 @@ use sparkprof::{
     host::doctor,
     record::{RecordError, RecordOptions, record},
     symbolize::jvm::JitOptions,
+    write::WriteOptions,
 };
 
 #[derive(Parser)]
@@ -67,6 +68,15 @@ struct RecordArgs {
     /// Keep the perf maps sparkprof caused JVMs to write (default: removed at the end).
     #[arg(long)]
     keep_perf_maps: bool,
+    /// Where full Java thread names (Spark stage and task) come from: `auto` uses a
+    /// uprobe on libjvm.so's rename function (exact) and falls back to thread dumps;
+    /// `dumps` never places the uprobe (task_rename tracepoint + jcmd Thread.print).
+    #[arg(long, value_enum, default_value_t = ThreadNames::Auto)]
+    thread_names: ThreadNames,
+    /// In Spark stage files, name each task in the thread frame (`task 3.0 TID 57`) so a
+    /// flame graph splits per task (default: all tasks of a stage merge).
+    #[arg(long)]
+    task_frames: bool,
     /// Java frames with the JDK's full signatures instead of `pkg.Class.method`.
     #[arg(long)]
     java_signatures: bool,
@@ -74,6 +84,12 @@ struct RecordArgs {
     /// window, to FILE (for `cargo xtask bench --only jit`).
     #[arg(long, value_name = "FILE", hide = true)]
     jit_audit: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ThreadNames {
+    Auto,
+    Dumps,
 }
 
 fn main() -> ExitCode {
@@ -120,6 +136,10 @@ fn run_record(args: RecordArgs) -> ExitCode {
             audit: args.jit_audit,
             ..JitOptions::default()
         },
+        write: WriteOptions {
+            task_frames: args.task_frames,
+        },
+        jvm_rename_uprobe: args.thread_names == ThreadNames::Auto,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -49,6 +49,9 @@ pub struct CollectorConfig {
     pub count_map_entries: u32,
     /// Only these processes, when not empty.
     pub target_pids: Vec<u32>,
+    /// Put the rename uprobe on JVMs' libjvm.so (off: every JVM's full
+    /// thread names come from the tracepoint and thread dumps).
+    pub jvm_rename_uprobe: bool,
 }
 
 /// Errors of the collect stage.
@@ -209,7 +212,7 @@ impl Collector {
                 source,
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
-        let renames = RenameFeed::load(&mut ebpf, &rename_format)?;
+        let renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
 
         let program_error = |source| CollectError::Program {
             name: names::PROGRAM_ON_CPU,

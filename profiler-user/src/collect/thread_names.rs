@@ -123,6 +123,8 @@ pub struct RenameFeed {
     libjvms: StdHashMap<(u64, u64), Result<(), String>>,
     watched: HashSet<u32>,
     tracepoint: Result<(), String>,
+    /// Why the uprobe is not used at all, if it is not.
+    uprobe_off: Option<String>,
     clock: MonotonicClock,
 }
 
@@ -132,6 +134,7 @@ impl RenameFeed {
     pub fn load(
         ebpf: &mut Ebpf,
         format: &Result<TaskRenameFormat, String>,
+        use_uprobe: bool,
     ) -> Result<Self, CollectError> {
         let program_error = |name| move |source| CollectError::Program { name, source };
         let uprobe: &mut UProbe = ebpf
@@ -166,6 +169,8 @@ impl RenameFeed {
             libjvms: StdHashMap::new(),
             watched: HashSet::new(),
             tracepoint,
+            uprobe_off: (!use_uprobe)
+                .then(|| "rename uprobe off (--thread-names dumps)".to_owned()),
             clock: MonotonicClock::now(),
         })
     }
@@ -176,15 +181,14 @@ impl RenameFeed {
         // Through the process's root: a containerized JVM's library is not
         // at that path in our mount namespace.
         let path = PathBuf::from(format!("/proc/{pid}/root{libjvm}"));
-        let attached = match fs::metadata(&path) {
-            Ok(meta) => {
-                let key = (meta.dev(), meta.ino());
-                self.libjvms
-                    .entry(key)
-                    .or_insert_with(|| attach_uprobe(ebpf, &path, libjvm))
-                    .clone()
-            }
-            Err(err) => Err(format!("cannot open {}: {err}", path.display())),
+        let attached = match (&self.uprobe_off, fs::metadata(&path)) {
+            (Some(off), _) => Err(off.clone()),
+            (None, Ok(meta)) => self
+                .libjvms
+                .entry((meta.dev(), meta.ino()))
+                .or_insert_with(|| attach_uprobe(ebpf, &path, libjvm))
+                .clone(),
+            (None, Err(err)) => Err(format!("cannot open {}: {err}", path.display())),
         };
         match attached {
             Ok(()) => NameFeed::Uprobe,

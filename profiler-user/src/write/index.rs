@@ -28,7 +28,7 @@ use std::{path::Path, time::SystemTime};
 use serde::Serialize;
 
 use super::ProfileKind;
-use crate::{collect::KernelStats, symbolize::jvm::JitStats};
+use crate::{collect::KernelStats, enrich::ThreadStats, symbolize::jvm::JitStats};
 
 /// Schema version of index.json.
 pub const INDEX_VERSION: u32 = 1;
@@ -42,6 +42,7 @@ pub struct Header {
     pub stack_depth: u32,
     pub stats: KernelStats,
     pub jit: JitStats,
+    pub threads: ThreadStats,
 }
 
 /// Who a file is about.

@@ -10,6 +10,10 @@ package org.apache.spark.executor;
  * S.SA (TID T)` at each task start and `Executor task idle worker#N` after
  * it. Stage S always runs the hot method `stageS...Hot` and nothing else, so
  * a profile can check that every sample of that method landed in stage S.
+ * Each hot method does a short burst of work per call, so it is compiled at
+ * a call boundary (run it with `-XX:-TieredCompilation` and
+ * `-XX:CompileCommand=dontinline,...::stage*` and each is compiled once and
+ * never moves in the code cache: its frames are named reliably).
  * Tasks alternate between long (about a second) and short (150-300 ms)
  * ones, and the two pool threads take tasks of all stages in turn.
  *
@@ -20,45 +24,39 @@ package org.apache.spark.executor;
 public class CoarseGrainedExecutorBackend {
     static volatile long sink;
 
-    static long stageZeroHot(long deadline) {
-        long x = 1;
-        while (System.nanoTime() < deadline) {
-            for (int i = 0; i < 10_000; i++) x = x * 6364136223846793005L + 1442695040888963407L;
-        }
+    static long stageZeroHot(long x) {
+        for (int i = 0; i < 20_000; i++) x = x * 6364136223846793005L + 1442695040888963407L;
         return x;
     }
 
-    static long stageOneHot(long deadline) {
-        long x = 3;
-        while (System.nanoTime() < deadline) {
-            for (int i = 0; i < 10_000; i++) x ^= (x << 13) ^ (x >>> 7) ^ (x << 17);
-        }
+    static long stageOneHot(long x) {
+        for (int i = 0; i < 20_000; i++) x ^= (x << 13) ^ (x >>> 7) ^ (x << 17);
         return x;
     }
 
-    static long stageTwoHot(long deadline) {
-        double x = 1.5;
-        while (System.nanoTime() < deadline) {
-            for (int i = 0; i < 10_000; i++) x = x * 1.0000001 + 0.5 / (x + 1.0);
-        }
+    static long stageTwoHot(long seed) {
+        double x = 1.5 + (seed & 7);
+        for (int i = 0; i < 20_000; i++) x = x * 1.0000001 + 0.5 / (x + 1.0);
         return (long) x;
     }
 
-    static long stageThreeHot(long deadline) {
-        long x = 7;
-        while (System.nanoTime() < deadline) {
-            for (int i = 0; i < 10_000; i++) x = Long.rotateLeft(x, 5) + (x % 1_000_003L);
-        }
+    static long stageThreeHot(long x) {
+        for (int i = 0; i < 20_000; i++) x = Long.rotateLeft(x, 5) + (x % 1_000_003L);
         return x;
     }
 
+    /** Runs stage `stage`'s hot method in short calls until the deadline. */
     static long runStage(int stage, long deadline) {
-        switch (stage) {
-            case 0: return stageZeroHot(deadline);
-            case 1: return stageOneHot(deadline);
-            case 2: return stageTwoHot(deadline);
-            default: return stageThreeHot(deadline);
+        long x = 1;
+        while (System.nanoTime() < deadline) {
+            switch (stage) {
+                case 0: x = stageZeroHot(x); break;
+                case 1: x = stageOneHot(x); break;
+                case 2: x = stageTwoHot(x); break;
+                default: x = stageThreeHot(x); break;
+            }
         }
+        return x;
     }
 
     static String flag(String[] args, String name, String fallback) {
