@@ -75,4 +75,10 @@ fn doctor_reports_host_facts_and_jvms() {
         report.contains("perf map refreshed by sparkprof through the attach mechanism"),
         "JIT naming status shown:\n{report}"
     );
+    // The machine's libjvm.so has the rename symbol: exact thread names.
+    assert!(
+        report.contains("thread names: exact, from a uprobe on"),
+        "thread-name source shown:\n{report}"
+    );
+    assert!(report.contains("Spark: jvm"), "Spark role shown:\n{report}");
 }

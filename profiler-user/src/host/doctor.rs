@@ -1,7 +1,7 @@
 //! `sparkprof doctor`: what this host offers and lacks for profiling, in
 //! plain text an operator can act on.
 
-use std::{fmt::Write as _, fs, path::Path};
+use std::{collections::HashMap, fmt::Write as _, fs, os::unix::fs::MetadataExt as _, path::Path};
 
 use super::{caps::Capabilities, sysctl};
 
@@ -13,6 +13,10 @@ pub struct JvmReport {
     pub preserve_frame_pointer: bool,
     /// How its JIT frames get named.
     pub jit_names: String,
+    /// Where its threads' full names (Spark stage and task) come from.
+    pub thread_names: String,
+    /// Its Spark role and IDs.
+    pub spark: String,
 }
 
 /// Builds the doctor report.
@@ -106,7 +110,9 @@ pub fn report() -> String {
             "no -XX:+PreserveFramePointer: Java stacks will be cut short; add the flag".to_owned()
         };
         let _ = writeln!(out, "  pid {:<8} {:<40} {fp}", jvm.pid, jvm.main);
+        let _ = writeln!(out, "  {:<12} Spark: {}", "", jvm.spark);
         let _ = writeln!(out, "  {:<12} JIT names: {}", "", jvm.jit_names);
+        let _ = writeln!(out, "  {:<12} thread names: {}", "", jvm.thread_names);
     }
     out
 }
@@ -126,6 +132,7 @@ fn kallsyms_readable() -> bool {
 /// Running JVMs: processes that map libjvm.so.
 pub fn jvms() -> Vec<JvmReport> {
     let mut found = Vec::new();
+    let mut rename_symbols = HashMap::new();
     let Ok(dir) = fs::read_dir("/proc") else {
         return found;
     };
@@ -156,11 +163,18 @@ pub fn jvms() -> Vec<JvmReport> {
             .rev()
             .find(|a| a.ends_with("PreserveFramePointer") && a.starts_with("-XX:"))
             .map(|a| a == fp_flag);
+        let libjvm = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|path| path.ends_with("/libjvm.so"))
+            .unwrap_or_default();
         found.push(JvmReport {
             pid,
             main: java_main(&args),
             preserve_frame_pointer: on_cmdline.unwrap_or(in_env),
             jit_names: jit_names(pid),
+            thread_names: thread_names(pid, libjvm, &mut rename_symbols),
+            spark: spark_identity(pid),
         });
     }
     found.sort_by_key(|j| j.pid);
@@ -185,6 +199,52 @@ fn jit_names(pid: u32) -> String {
         },
         Err(err) => format!("unknown JDK version ({err}); {existing}"),
     }
+}
+
+/// Where a JVM's full thread names would come from in a recording: the
+/// rename uprobe when its libjvm.so has the symbol (looked up once per file),
+/// else the task_rename tracepoint and thread dumps.
+fn thread_names(
+    pid: u32,
+    libjvm: &str,
+    symbols: &mut HashMap<(u64, u64), Result<u64, String>>,
+) -> String {
+    let path = format!("/proc/{pid}/root{libjvm}");
+    let offset = match fs::metadata(&path) {
+        Ok(meta) => symbols
+            .entry((meta.dev(), meta.ino()))
+            .or_insert_with(|| {
+                crate::collect::jvm_symbol::set_native_thread_name_offset(Path::new(&path))
+                    .map_err(|err| err.to_string())
+            })
+            .clone(),
+        Err(err) => Err(format!("cannot open {path}: {err}")),
+    };
+    let dumps = match perf_maps::check_attachable(pid) {
+        Ok(()) => "thread dumps (jcmd Thread.print) fill in names given before".to_owned(),
+        Err(err) => format!(
+            "no thread dumps ({err}): names given before sparkprof starts stay cut to 15 bytes"
+        ),
+    };
+    match offset {
+        Ok(offset) => format!("exact, from a uprobe on {libjvm}+{offset:#x}; {dumps}"),
+        Err(reason) => format!(
+            "from thread dumps after each rename (task_rename tracepoint), not exact for tasks shorter than a second: {reason}"
+        ),
+    }
+}
+
+/// The JVM's Spark role and IDs, e.g. `executor 1 of app-...`.
+fn spark_identity(pid: u32) -> String {
+    let spark = crate::enrich::spark::classify_pid(pid);
+    let mut text = spark.role.as_str().to_owned();
+    if let Some(executor) = &spark.executor_id {
+        let _ = write!(text, " {executor}");
+    }
+    if let Some(app) = &spark.app_id {
+        let _ = write!(text, " of {app}");
+    }
+    text
 }
 
 fn read_nul_separated(path: &str) -> Vec<String> {
