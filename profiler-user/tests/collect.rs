@@ -3,12 +3,18 @@
 //! clears the buffer (aya style: one program, one userspace test).
 
 use std::{
-    process::Command,
+    collections::HashSet,
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
-use sparkprof::collect::{Collector, CollectorConfig, RawStack};
+use sparkprof::collect::{
+    Collector, CollectorConfig, RawStack,
+    thread_names::{NameFeed, RenameSource},
+};
 
 #[test]
 fn counts_a_busy_process_and_drains_clean() {
@@ -28,6 +34,7 @@ fn counts_a_busy_process_and_drains_clean() {
         stack_map_entries: 4096,
         count_map_entries: 1024,
         target_pids: vec![pid],
+        jvm_rename_uprobe: true,
     };
     let mut collector = Collector::start(&config).expect("the eBPF programs load and attach");
     let started = Instant::now();
@@ -79,4 +86,140 @@ fn counts_a_busy_process_and_drains_clean() {
         leftover <= 5,
         "the child is dead; at most a few late samples, got {leftover}"
     );
+}
+
+/// A JVM whose two pool threads rename themselves like Spark task threads
+/// (tests/workloads/spark), compiled into a temporary directory.
+fn renaming_jvm(seconds: u32) -> (Child, tempfile::TempDir) {
+    let classes = tempfile::Builder::new()
+        .prefix("sparkprof-collect-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/workloads/spark/CoarseGrainedExecutorBackend.java");
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(classes.path())
+        .arg(&source)
+        .status()
+        .expect("javac (a JDK) is needed");
+    assert!(status.success());
+    let mut child = Command::new("java")
+        .arg("-cp")
+        .arg(classes.path())
+        .arg("org.apache.spark.executor.CoarseGrainedExecutorBackend")
+        .args(["--seconds", &seconds.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("java is needed");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    (child, classes)
+}
+
+fn libjvm_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libjvm.so"))
+        .expect("the JVM maps libjvm.so")
+        .to_owned()
+}
+
+/// Renames of a JVM's threads reach userspace with the epoch the sampler
+/// then counts under, through the uprobe (full names) or the tracepoint
+/// (comms only).
+fn renames_carry_the_epochs_samples_use(uprobe: bool) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "loading eBPF programs needs root"
+    );
+    let (mut jvm, _classes) = renaming_jvm(8);
+    let pid = jvm.id();
+    let config = CollectorConfig {
+        frequency_hz: 199,
+        stack_depth: 127,
+        stack_map_entries: 4096,
+        count_map_entries: 4096,
+        target_pids: vec![pid],
+        jvm_rename_uprobe: uprobe,
+    };
+    let mut collector = Collector::start(&config).expect("the eBPF programs load and attach");
+    let feed = collector.watch_jvm(pid, &libjvm_of(pid));
+    if uprobe {
+        assert_eq!(feed, NameFeed::Uprobe);
+    } else {
+        assert!(matches!(feed, NameFeed::Tracepoint { .. }), "{feed:?}");
+    }
+    let mut renames = Vec::new();
+    let mut sampled = HashSet::new();
+    for _ in 0..3 {
+        thread::sleep(Duration::from_secs(1));
+        let drain = collector.drain().unwrap();
+        renames.extend(drain.renames);
+        let announced: HashSet<(u32, u32)> = renames.iter().map(|r| (r.tid, r.epoch)).collect();
+        for sample in drain.samples.iter().filter(|s| s.name_epoch > 0) {
+            // Every epoch a count carries was announced by the time it is drained.
+            assert!(
+                announced.contains(&(sample.tid, sample.name_epoch)),
+                "sample of tid {} at epoch {} before its rename arrived",
+                sample.tid,
+                sample.name_epoch
+            );
+            sampled.insert((sample.tid, sample.name_epoch));
+        }
+    }
+    let _ = jvm.kill();
+    let _ = jvm.wait();
+
+    let ours: Vec<_> = renames.iter().filter(|r| r.tgid == pid).collect();
+    assert!(ours.len() >= 6, "only {} renames seen", ours.len());
+    assert!(
+        sampled.len() >= 3,
+        "samples spread over {} epochs",
+        sampled.len()
+    );
+    let task_prefix = if uprobe {
+        "Executor task launch worker for task "
+    } else {
+        "Executor task l"
+    };
+    assert!(
+        ours.iter().any(|r| r.name.starts_with(task_prefix)),
+        "{ours:?}"
+    );
+    let source = if uprobe {
+        RenameSource::JvmNativeName
+    } else {
+        RenameSource::TaskRename
+    };
+    assert!(ours.iter().all(|r| r.source == source), "{ours:?}");
+    // Each thread's epochs only go up.
+    for tid in ours.iter().map(|r| r.tid).collect::<HashSet<_>>() {
+        let epochs: Vec<u32> = ours
+            .iter()
+            .filter(|r| r.tid == tid)
+            .map(|r| r.epoch)
+            .collect();
+        assert!(
+            epochs.windows(2).all(|w| w[0] < w[1]),
+            "tid {tid}: {epochs:?}"
+        );
+    }
+    assert_eq!(collector.stats().renames_lost, 0);
+}
+
+#[test]
+fn jvm_rename_uprobe_reports_full_names_with_epochs() {
+    renames_carry_the_epochs_samples_use(true);
+}
+
+#[test]
+fn task_rename_tracepoint_reports_watched_jvms() {
+    renames_carry_the_epochs_samples_use(false);
 }

@@ -147,7 +147,7 @@ fn hot_method(stack: &Stack) -> Option<&'static str> {
     })
 }
 
-fn stage_files<'a>(recording: &'a Recording, pid: u32) -> Vec<&'a serde_json::Value> {
+fn stage_files(recording: &Recording, pid: u32) -> Vec<&serde_json::Value> {
     recording
         .files_of(pid)
         .into_iter()
@@ -219,7 +219,7 @@ fn task_samples_land_in_their_stage_files() {
             if tid % 4 != stage {
                 wrong += stack.count;
             }
-            if tid % 3 != 0 {
+            if !tid.is_multiple_of(3) {
                 short_task_samples += stack.count;
             }
         }
