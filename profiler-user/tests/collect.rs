@@ -16,8 +16,17 @@ use sparkprof::collect::{
     thread_names::{NameFeed, RenameSource},
 };
 
+/// The tests here sample the host and count a busy child's CPU time: run
+/// them one at a time so one's JVM does not take the other's CPU.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn counts_a_busy_process_and_drains_clean() {
+    let _serial = serial();
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
@@ -134,6 +143,7 @@ fn libjvm_of(pid: u32) -> String {
 /// then counts under, through the uprobe (full names) or the tracepoint
 /// (comms only).
 fn renames_carry_the_epochs_samples_use(uprobe: bool) {
+    let _serial = serial();
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
