@@ -71,6 +71,41 @@ pub struct RenameEvent {
     pub name: [u8; THREAD_NAME_LEN],
 }
 
+/// Key of the in-kernel off-CPU aggregation map: blocked time of one thread
+/// with one pair of stacks, one name epoch and one scheduler state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OffCpuKey {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Stack ids in `OFFCPU_STACKS` (or a negative errno), taken as the
+    /// thread was switched out.
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    /// The thread's name epoch when it was switched out.
+    pub name_epoch: u32,
+    /// `prev_state` of the sched_switch that switched it out (the kernel's
+    /// task-state report bits; `0` or bit 0x100 (preempted): runnable).
+    pub state: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// A thread switched out and not yet back on a CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuStart {
+    /// `bpf_ktime_get_ns` at switch-out.
+    pub ktime_ns: u64,
+    pub tgid: u32,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    pub name_epoch: u32,
+    pub state: u32,
+    pub comm: [u8; COMM_LEN],
+    /// Keeps the size a multiple of 8.
+    pub reserved: u32,
+}
+
 /// Negative stack ids that the kernel returns from `bpf_get_stackid`.
 pub mod stack_error {
     /// No stack of this kind: a sample taken in user mode has no kernel stack,
@@ -100,8 +135,18 @@ pub mod stat {
     pub const RENAMES_LOST: u32 = 6;
     /// Thread renames seen (uprobe and tracepoint).
     pub const RENAMES: u32 = 7;
+    /// Switch-outs of threads of interest (off-CPU).
+    pub const OFFCPU_SWITCHES: u32 = 8;
+    /// Off-CPU periods shorter than `--min-block-us`, not counted.
+    pub const OFFCPU_SHORT: u32 = 9;
+    /// Off-CPU periods lost because the off-CPU count map was full.
+    pub const OFFCPU_COUNT_MAP_FULL: u32 = 10;
+    /// Switch-outs not recorded because the start map was full.
+    pub const OFFCPU_START_MAP_FULL: u32 = 11;
+    /// Off-CPU stacks lost to collisions in `OFFCPU_STACKS`.
+    pub const OFFCPU_STACKS_LOST: u32 = 12;
     /// Number of statistics.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 13;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -135,7 +180,40 @@ pub mod names {
     pub const TASK_RENAME_PID_OFFSET: &str = "TASK_RENAME_PID_OFFSET";
     /// Global `u32`: offset of `newcomm` in the task_rename record, from tracefs.
     pub const TASK_RENAME_NEWCOMM_OFFSET: &str = "TASK_RENAME_NEWCOMM_OFFSET";
+    /// The `sched:sched_switch` tracepoint program (off-CPU time).
+    pub const PROGRAM_SCHED_SWITCH: &str = "sched_switch";
+    /// The `sched:sched_process_exit` program that forgets exited threads.
+    pub const PROGRAM_PROCESS_EXIT: &str = "sched_process_exit";
+    /// Off-CPU count maps (blocked nanoseconds), one per buffer.
+    pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
+    /// Stack map of off-CPU stacks. Not double-buffered: a thread may stay
+    /// blocked across many drains, and its stack ids must stay valid until
+    /// it runs again.
+    pub const OFFCPU_STACKS: &str = "OFFCPU_STACKS";
+    /// `LruHashMap<u32 tid, OffCpuStart>`: threads switched out.
+    pub const OFFCPU_START: &str = "OFFCPU_START";
+    /// `HashMap<u32 tgid, u8>`: processes whose off-CPU time is recorded.
+    pub const OFFCPU_TGIDS: &str = "OFFCPU_TGIDS";
+    /// Global `u64`: shorter off-CPU periods are not counted.
+    pub const OFFCPU_MIN_BLOCK_NS: &str = "OFFCPU_MIN_BLOCK_NS";
+    /// Globals `u32`: field offsets in the sched_switch record, from tracefs.
+    pub const SCHED_SWITCH_PREV_PID_OFFSET: &str = "SCHED_SWITCH_PREV_PID_OFFSET";
+    pub const SCHED_SWITCH_PREV_STATE_OFFSET: &str = "SCHED_SWITCH_PREV_STATE_OFFSET";
+    pub const SCHED_SWITCH_NEXT_PID_OFFSET: &str = "SCHED_SWITCH_NEXT_PID_OFFSET";
+    /// Global `u32`: offset of `pid` in the sched_process_exit record.
+    pub const PROCESS_EXIT_PID_OFFSET: &str = "PROCESS_EXIT_PID_OFFSET";
+    /// Every stack map, whose depth userspace sets per recording.
+    pub const ALL_STACKS: [&str; 3] = ["STACKS_0", "STACKS_1", "OFFCPU_STACKS"];
 }
+
+/// Default entries of each off-CPU count map.
+pub const DEFAULT_OFFCPU_COUNT_ENTRIES: u32 = 65_536;
+/// Default entries of the off-CPU stack map.
+pub const DEFAULT_OFFCPU_STACK_ENTRIES: u32 = 16_384;
+/// Threads that can be switched out at once and tracked.
+pub const OFFCPU_START_ENTRIES: u32 = 65_536;
+/// Processes whose off-CPU time can be recorded.
+pub const MAX_OFFCPU_TGIDS: u32 = 4_096;
 
 /// Entries of the thread-epoch map (least recently used are evicted).
 pub const THREAD_EPOCH_ENTRIES: u32 = 65_536;
@@ -159,6 +237,8 @@ mod user {
     // SAFETY: SampleKey is repr(C), Copy, has no padding (6 x u32 + [u8; 16]) and
     // every bit pattern is valid.
     unsafe impl aya::Pod for super::SampleKey {}
+    // SAFETY: repr(C), Copy, no padding (6 x u32 + [u8; 16]), any bits valid.
+    unsafe impl aya::Pod for super::OffCpuKey {}
 }
 
 #[cfg(test)]
@@ -169,6 +249,12 @@ mod tests {
     fn sample_key_has_no_padding() {
         assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + COMM_LEN);
         assert_eq!(core::mem::align_of::<SampleKey>(), 4);
+    }
+
+    #[test]
+    fn off_cpu_records_have_no_padding() {
+        assert_eq!(core::mem::size_of::<OffCpuKey>(), 6 * 4 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<OffCpuStart>(), 8 + 6 * 4 + COMM_LEN);
     }
 
     #[test]

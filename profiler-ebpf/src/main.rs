@@ -11,6 +11,7 @@
 #![no_std]
 #![no_main]
 
+mod off_cpu;
 mod on_cpu;
 mod stats;
 mod thread_names;

@@ -51,8 +51,7 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         count_stat(stat::FILTERED);
         return 0;
     }
-    let buffer = ACTIVE_BUFFER.get(0).copied().unwrap_or(0);
-    let (counts, stacks) = if buffer == 0 {
+    let (counts, stacks) = if active_buffer() == 0 {
         (&COUNTS_0, &STACKS_0)
     } else {
         (&COUNTS_1, &STACKS_1)
@@ -73,6 +72,12 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     };
     add_one(&ctx, counts, &key);
     0
+}
+
+/// Which buffer (0 or 1) every program writes its counts to now.
+#[inline(always)]
+pub fn active_buffer() -> u32 {
+    ACTIVE_BUFFER.get(0).copied().unwrap_or(0)
 }
 
 /// The stack id, or the negative errno stored in its place so the sample is

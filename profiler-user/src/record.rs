@@ -12,8 +12,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 use crate::{
-    collect::{CollectError, Collector, CollectorConfig, KernelStats},
-    enrich::{Enricher, jvm_threads::DumpPolicy},
+    collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
+    enrich::{Enricher, ProcessInfo, jvm_threads::DumpPolicy},
     host::{caps::Capabilities, sysctl},
     symbolize::{Symbolizer, jvm::JitOptions},
     write::{WriteOptions, Writer, index::Header},
@@ -54,6 +54,8 @@ pub struct RecordOptions {
     /// Full Java thread names from the rename uprobe where possible (else
     /// only from the tracepoint and thread dumps).
     pub jvm_rename_uprobe: bool,
+    /// Record off-CPU time too, counting blocked periods at least this long.
+    pub off_cpu_min_block: Option<Duration>,
 }
 
 /// Why a recording could not run or finish.
@@ -108,6 +110,8 @@ pub fn stack_map_entries(
 
 /// The pipeline, one direction.
 struct Pipeline {
+    /// `--pid`: only these processes (empty: the whole host).
+    pids: Vec<u32>,
     collector: Collector,
     enricher: Enricher,
     symbolizer: Symbolizer,
@@ -123,10 +127,26 @@ impl Pipeline {
         }
     }
 
+    /// Has the collector watch what a newly seen process needs: its thread
+    /// renames if it is a JVM, its off-CPU time if it is of interest.
+    fn watch(&mut self, process: &ProcessInfo) {
+        if let Some(libjvm) = process.runtime.libjvm() {
+            let feed = self.collector.watch_jvm(process.pid, libjvm);
+            self.enricher.watching(process.pid, feed);
+        }
+        let off_cpu = if self.pids.is_empty() {
+            process.is_jvm_or_python()
+        } else {
+            self.pids.contains(&process.pid)
+        };
+        if off_cpu && let Err(err) = self.collector.watch_off_cpu(process.pid) {
+            warn!(pid = process.pid, "off-CPU time not recorded: {err}");
+        }
+    }
+
     fn process(&mut self, drain: crate::collect::Drain) {
-        for jvm in self.enricher.discover(&drain) {
-            let feed = self.collector.watch_jvm(jvm.pid, &jvm.libjvm);
-            self.enricher.watching(&jvm, feed);
+        for process in self.enricher.discover(&drain) {
+            self.watch(&process);
         }
         let drain = self.enricher.enrich(drain);
         for process in &drain.exited {
@@ -227,17 +247,15 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
         target_pids: options.pids.clone(),
         jvm_rename_uprobe: options.jvm_rename_uprobe,
+        off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
+            min_block,
+            stack_map_entries: profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES,
+            count_map_entries: profiler_common::DEFAULT_OFFCPU_COUNT_ENTRIES,
+        }),
     };
     let collector = Collector::start(&config)?;
-    info!(
-        frequency_hz = options.frequency_hz,
-        stack_depth,
-        stack_map_entries,
-        pids = ?options.pids,
-        "recording on {cpus} CPUs into {}",
-        options.output.display()
-    );
     let mut pipeline = Pipeline {
+        pids: options.pids.clone(),
         collector,
         enricher: Enricher::new(DumpPolicy {
             attach: options.jit.attach,
@@ -246,15 +264,28 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         symbolizer: Symbolizer::new(options.jit.clone()),
         writer: Writer::new(&options.output, options.write),
     };
-    // JVMs already running: their renames are watched from now on, and
-    // the names their threads have now are asked for right away.
-    let running = pipeline.enricher.running_jvms();
-    for jvm in &running {
-        let feed = pipeline.collector.watch_jvm(jvm.pid, &jvm.libjvm);
-        pipeline.enricher.watching(jvm, feed);
+    // Processes already running: JVMs' renames (and off-CPU time) are
+    // watched from now on, and the names JVM threads have now are asked for
+    // right away.
+    let running = pipeline.enricher.running_processes();
+    for process in &running {
+        pipeline.watch(process);
     }
-    let pids: Vec<u32> = running.iter().map(|jvm| jvm.pid).collect();
-    pipeline.enricher.dump_threads(&pids);
+    let jvms: Vec<u32> = running
+        .iter()
+        .filter(|process| process.runtime.is_jvm())
+        .map(|process| process.pid)
+        .collect();
+    pipeline.enricher.dump_threads(&jvms);
+    info!(
+        frequency_hz = options.frequency_hz,
+        stack_depth,
+        stack_map_entries,
+        pids = ?options.pids,
+        "recording on {cpus} CPUs into {}",
+        options.output.display()
+    );
+
     let header = |stats, jit, threads| Header {
         tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
         host: sysctl::read("kernel/hostname").unwrap_or_default(),

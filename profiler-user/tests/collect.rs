@@ -12,7 +12,8 @@ use std::{
 };
 
 use sparkprof::collect::{
-    Collector, CollectorConfig, RawStack,
+    Collector, CollectorConfig, RawStack, SampleKind,
+    off_cpu::{OffCpuConfig, OffCpuState},
     thread_names::{NameFeed, RenameSource},
 };
 
@@ -46,6 +47,7 @@ fn counts_a_busy_process_and_drains_clean() {
         count_map_entries: 1024,
         target_pids: vec![pid],
         jvm_rename_uprobe: true,
+        off_cpu: None,
     };
     let mut collector = Collector::start(&config).expect("the eBPF programs load and attach");
     let started = Instant::now();
@@ -160,6 +162,7 @@ fn renames_carry_the_epochs_samples_use(uprobe: bool) {
         count_map_entries: 4096,
         target_pids: vec![pid],
         jvm_rename_uprobe: uprobe,
+        off_cpu: None,
     };
     let mut collector = Collector::start(&config).expect("the eBPF programs load and attach");
     let feed = collector.watch_jvm(pid, &libjvm_of(pid));
@@ -234,4 +237,56 @@ fn jvm_rename_uprobe_reports_full_names_with_epochs() {
 #[test]
 fn task_rename_tracepoint_reports_watched_jvms() {
     renames_carry_the_epochs_samples_use(false);
+}
+
+/// The sched_switch program counts a watched process's blocked time, and
+/// the drain turns it into microseconds with the state it waited in.
+#[test]
+fn off_cpu_counts_blocked_time_of_watched_processes() {
+    let _serial = serial();
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "loading eBPF programs needs root"
+    );
+    let config = CollectorConfig {
+        frequency_hz: 99,
+        stack_depth: 127,
+        stack_map_entries: 1024,
+        count_map_entries: 1024,
+        target_pids: Vec::new(),
+        jvm_rename_uprobe: false,
+        off_cpu: Some(OffCpuConfig {
+            min_block: Duration::from_micros(100),
+            stack_map_entries: 1024,
+            count_map_entries: 1024,
+        }),
+    };
+    let mut collector = Collector::start(&config).expect("the eBPF programs load and attach");
+    // Half a second to be watched, then 20 waits of 100 ms in select().
+    let mut child = Command::new("perl")
+        .args([
+            "-e",
+            "select(undef,undef,undef,0.5); select(undef,undef,undef,0.1) for 1..20",
+        ])
+        .spawn()
+        .expect("perl (Debian's perl-base) is needed");
+    let pid = child.id();
+    collector.watch_off_cpu(pid).unwrap();
+    assert!(child.wait().unwrap().success());
+    let mut blocked_us = 0;
+    for _ in 0..2 {
+        for sample in collector.drain().unwrap().samples {
+            if sample.tgid == pid && sample.kind == SampleKind::OffCpu(OffCpuState::Sleep) {
+                assert!(!matches!(sample.kernel, RawStack::Absent), "a kernel stack");
+                blocked_us += sample.count;
+            }
+        }
+    }
+    // The 20 waits (2 s) and the part of the first one after it was watched.
+    assert!(
+        (1_900_000..=2_700_000).contains(&blocked_us),
+        "{blocked_us} us blocked"
+    );
+    assert!(collector.stats().offcpu_switches >= 20);
 }

@@ -68,6 +68,13 @@ struct RecordArgs {
     /// Keep the perf maps sparkprof caused JVMs to write (default: removed at the end).
     #[arg(long)]
     keep_perf_maps: bool,
+    /// Also record off-CPU time (where JVM and Python threads wait, from sched_switch):
+    /// `.offcpu.folded` files beside the on-CPU ones, counts in microseconds.
+    #[arg(long)]
+    off_cpu: bool,
+    /// With --off-cpu: shorter blocked periods are not counted (microseconds).
+    #[arg(long, default_value_t = 100, requires = "off_cpu")]
+    min_block_us: u64,
     /// Where full Java thread names (Spark stage and task) come from: `auto` uses a
     /// uprobe on libjvm.so's rename function (exact) and falls back to thread dumps;
     /// `dumps` never places the uprobe (task_rename tracepoint + jcmd Thread.print).
@@ -140,6 +147,9 @@ fn run_record(args: RecordArgs) -> ExitCode {
             task_frames: args.task_frames,
         },
         jvm_rename_uprobe: args.thread_names == ThreadNames::Auto,
+        off_cpu_min_block: args
+            .off_cpu
+            .then(|| Duration::from_micros(args.min_block_us)),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -8,7 +8,9 @@
 
 pub mod jvm_symbol;
 pub mod object;
+pub mod off_cpu;
 pub mod thread_names;
+pub mod tracefs;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -25,6 +27,7 @@ use aya::{
     },
     util::online_cpus,
 };
+use off_cpu::{OffCpuConfig, OffCpuRecorder, OffCpuState, SchedFormats};
 use profiler_common::{SampleKey, names, stack_error, stat};
 use thiserror::Error;
 use thread_names::{NameFeed, RenameFeed, TaskRenameFormat, ThreadRename};
@@ -52,6 +55,9 @@ pub struct CollectorConfig {
     /// Put the rename uprobe on JVMs' libjvm.so (off: every JVM's full
     /// thread names come from the tracepoint and thread dumps).
     pub jvm_rename_uprobe: bool,
+    /// Record off-CPU time too (of the processes passed to
+    /// [`Collector::watch_off_cpu`]).
+    pub off_cpu: Option<OffCpuConfig>,
 }
 
 /// Errors of the collect stage.
@@ -77,6 +83,8 @@ pub enum CollectError {
     },
     #[error("cannot list online CPUs ({0}): {1}")]
     OnlineCpus(&'static str, std::io::Error),
+    #[error("off-CPU recording is not possible here: {0}")]
+    OffCpuUnavailable(String),
     #[error(
         "perf_event_open on cpu {cpu} was refused ({source}); kernel.perf_event_paranoid is {paranoid}: \
          sparkprof needs CAP_PERFMON (or CAP_SYS_ADMIN); run it as root"
@@ -102,7 +110,17 @@ pub enum RawStack {
     Lost(i32),
 }
 
-/// One in-kernel aggregate: samples of one thread with one pair of stacks.
+/// What a count measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SampleKind {
+    /// On-CPU samples.
+    OnCpu,
+    /// Microseconds off the CPU, waiting in this state.
+    OffCpu(OffCpuState),
+}
+
+/// One in-kernel aggregate: samples (or off-CPU microseconds) of one thread
+/// with one pair of stacks.
 #[derive(Clone, Debug)]
 pub struct RawSample {
     pub tgid: u32,
@@ -112,6 +130,9 @@ pub struct RawSample {
     pub comm: String,
     pub user: RawStack,
     pub kernel: RawStack,
+    pub kind: SampleKind,
+    /// Samples for [`SampleKind::OnCpu`], microseconds for
+    /// [`SampleKind::OffCpu`].
     pub count: u64,
 }
 
@@ -140,6 +161,16 @@ pub struct KernelStats {
     pub renames: u64,
     /// Renames whose name was lost to a full ring buffer.
     pub renames_lost: u64,
+    /// Switch-outs of watched threads (off-CPU).
+    pub offcpu_switches: u64,
+    /// Off-CPU periods shorter than the minimum, not counted.
+    pub offcpu_short: u64,
+    /// Off-CPU periods lost to a full count map.
+    pub offcpu_dropped_count_map_full: u64,
+    /// Switch-outs not tracked because too many threads were blocked.
+    pub offcpu_start_map_full: u64,
+    /// Off-CPU stacks lost to stack-map collisions (the time still counts).
+    pub offcpu_stacks_lost: u64,
 }
 
 /// The loaded, attached sampler.
@@ -156,6 +187,7 @@ pub struct Collector {
     active_buffer: Array<MapData, u32>,
     stats: PerCpuArray<MapData, u64>,
     renames: RenameFeed,
+    off_cpu: Option<OffCpuRecorder>,
 }
 
 impl Collector {
@@ -167,8 +199,30 @@ impl Collector {
         let (pid_offset, newcomm_offset) = rename_format
             .as_ref()
             .map_or((0, 0), |format| (format.pid, format.newcomm));
+        let sched_formats = match &config.off_cpu {
+            Some(off_cpu) => Some(
+                SchedFormats::read(off_cpu.min_block).map_err(CollectError::OffCpuUnavailable)?,
+            ),
+            None => None,
+        };
         let mut loader = EbpfLoader::new();
         loader.override_global(names::FILTER_BY_TGID, &filter, true);
+        match (&config.off_cpu, &sched_formats) {
+            (Some(off_cpu), Some(formats)) => {
+                formats.configure(&mut loader);
+                loader.map_max_entries(names::OFFCPU_STACKS, off_cpu.stack_map_entries);
+                for name in names::OFFCPU_COUNTS {
+                    loader.map_max_entries(name, off_cpu.count_map_entries);
+                }
+            }
+            _ => {
+                // Not recording off-CPU time: keep its maps small.
+                loader.map_max_entries(names::OFFCPU_STACKS, 1);
+                for name in names::OFFCPU_COUNTS {
+                    loader.map_max_entries(name, 1);
+                }
+            }
+        }
         loader.override_global(names::TASK_RENAME_PID_OFFSET, &pid_offset, true);
         loader.override_global(names::TASK_RENAME_NEWCOMM_OFFSET, &newcomm_offset, true);
         for name in names::COUNTS {
@@ -213,6 +267,10 @@ impl Collector {
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
         let renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
+        let off_cpu = match config.off_cpu {
+            Some(_) => Some(OffCpuRecorder::load(&mut ebpf, config.stack_depth)?),
+            None => None,
+        };
 
         let program_error = |source| CollectError::Program {
             name: names::PROGRAM_ON_CPU,
@@ -273,7 +331,16 @@ impl Collector {
             active_buffer,
             stats,
             renames,
+            off_cpu,
         })
+    }
+
+    /// Records a process's off-CPU time from now on (when recording it).
+    pub fn watch_off_cpu(&mut self, pid: u32) -> Result<(), CollectError> {
+        match self.off_cpu.as_mut() {
+            Some(off_cpu) => off_cpu.watch(pid),
+            None => Ok(()),
+        }
     }
 
     /// Makes sure the full names of a JVM's threads are reported (`libjvm`
@@ -285,6 +352,9 @@ impl Collector {
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.renames.forget(pid);
+        if let Some(off_cpu) = self.off_cpu.as_mut() {
+            off_cpu.forget(pid);
+        }
     }
 
     /// Switches the sampler to the other buffer and returns everything that
@@ -328,8 +398,12 @@ impl Collector {
                 comm: comm_to_string(&key.comm),
                 user,
                 kernel,
+                kind: SampleKind::OnCpu,
                 count: *count,
             });
+        }
+        if let Some(off_cpu) = self.off_cpu.as_mut() {
+            samples.extend(off_cpu.drain(idle));
         }
 
         for (key, _) in &entries {
@@ -376,30 +450,9 @@ impl Collector {
     }
 
     fn stack(&self, buffer: usize, id: i32, cache: &mut StdHashMap<i32, RawStack>) -> RawStack {
-        if id < 0 {
-            return if id == stack_error::EFAULT {
-                RawStack::Absent
-            } else {
-                RawStack::Lost(id)
-            };
-        }
         cache
             .entry(id)
-            .or_insert_with(|| match self.stacks[buffer].get(&(id as u32), 0) {
-                Ok(trace) => {
-                    let ips: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
-                    if ips.is_empty() {
-                        RawStack::Absent
-                    } else {
-                        let truncated = ips.len() >= self.stack_depth;
-                        RawStack::Frames { ips, truncated }
-                    }
-                }
-                Err(err) => {
-                    debug!(id, "stack lookup failed: {err}");
-                    RawStack::Lost(-libc::ENOENT)
-                }
-            })
+            .or_insert_with(|| stack_from_map(&self.stacks[buffer], id, self.stack_depth))
             .clone()
     }
 
@@ -420,6 +473,11 @@ impl Collector {
             kernel_stacks_lost: sum(stat::KERNEL_STACK_LOST),
             renames: sum(stat::RENAMES),
             renames_lost: sum(stat::RENAMES_LOST),
+            offcpu_switches: sum(stat::OFFCPU_SWITCHES),
+            offcpu_short: sum(stat::OFFCPU_SHORT),
+            offcpu_dropped_count_map_full: sum(stat::OFFCPU_COUNT_MAP_FULL),
+            offcpu_start_map_full: sum(stat::OFFCPU_START_MAP_FULL),
+            offcpu_stacks_lost: sum(stat::OFFCPU_STACKS_LOST),
         }
     }
 }
@@ -430,6 +488,32 @@ where
 {
     let map = ebpf.take_map(name).ok_or(CollectError::MissingMap(name))?;
     T::try_from(map).map_err(|source| CollectError::Map { name, source })
+}
+
+/// A stack from a stack map by the id (or negative errno) a program stored.
+pub(crate) fn stack_from_map(map: &StackTraceMap<MapData>, id: i32, depth: usize) -> RawStack {
+    if id < 0 {
+        return if id == stack_error::EFAULT {
+            RawStack::Absent
+        } else {
+            RawStack::Lost(id)
+        };
+    }
+    match map.get(&(id as u32), 0) {
+        Ok(trace) => {
+            let ips: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+            if ips.is_empty() {
+                RawStack::Absent
+            } else {
+                let truncated = ips.len() >= depth;
+                RawStack::Frames { ips, truncated }
+            }
+        }
+        Err(err) => {
+            debug!(id, "stack lookup failed: {err}");
+            RawStack::Lost(-libc::ENOENT)
+        }
+    }
 }
 
 /// A kernel comm (NUL-padded, not necessarily UTF-8) as a string.

@@ -44,7 +44,7 @@ pub fn object_with_stack_depth(depth: u32) -> Result<Vec<u8>, ObjectError> {
         .section_by_name("maps")
         .ok_or(ObjectError::NoMapsSection)?;
     let (section_offset, _) = maps.file_range().ok_or(ObjectError::NoMapsSection)?;
-    for name in names::STACKS {
+    for name in names::ALL_STACKS {
         let symbol = file
             .symbols()
             .find(|symbol| {
@@ -83,7 +83,7 @@ mod tests {
     #[test]
     fn rewrites_only_the_stack_maps_value_size() {
         let patched = object_with_stack_depth(512).unwrap();
-        for name in names::STACKS {
+        for name in names::ALL_STACKS {
             assert_eq!(value_size_of(EBPF_OBJECT, name), COMPILED_STACK_DEPTH * 8);
             assert_eq!(value_size_of(&patched, name), 512 * 8);
         }

@@ -25,7 +25,7 @@ use aya::{
 use profiler_common::{RenameEvent, THREAD_NAME_LEN, names, rename_source};
 use tracing::{debug, info, warn};
 
-use super::{CollectError, jvm_symbol, take_map};
+use super::{CollectError, jvm_symbol, take_map, tracefs::TracepointFormat};
 
 /// Where a thread's new name came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -254,38 +254,15 @@ pub struct TaskRenameFormat {
 }
 
 impl TaskRenameFormat {
-    const PATHS: [&str; 2] = [
-        "/sys/kernel/tracing/events/task/task_rename/format",
-        "/sys/kernel/debug/tracing/events/task/task_rename/format",
-    ];
-
     /// Reads the format from tracefs.
     pub fn read() -> Result<Self, String> {
-        let text = Self::PATHS
-            .iter()
-            .find_map(|path| fs::read_to_string(path).ok())
-            .ok_or("task_rename tracepoint format not readable (is tracefs mounted?)")?;
-        Self::parse(&text).ok_or_else(|| "task_rename format has no newcomm field".into())
+        Self::from_format(&TracepointFormat::read("task", "task_rename")?)
     }
 
-    /// Parses `field:char newcomm[16];\toffset:28;\tsize:16;...` lines.
-    pub fn parse(text: &str) -> Option<Self> {
-        let offset_of = |field: &str| {
-            text.lines()
-                .find(|line| {
-                    line.trim_start()
-                        .strip_prefix("field:")
-                        .and_then(|decl| decl.split(';').next())
-                        .and_then(|decl| decl.split_whitespace().last())
-                        .is_some_and(|name| name.split('[').next() == Some(field))
-                })
-                .and_then(|line| line.split("offset:").nth(1))
-                .and_then(|rest| rest.split(';').next())
-                .and_then(|offset| offset.trim().parse::<u32>().ok())
-        };
-        Some(Self {
-            pid: offset_of("pid").unwrap_or(0),
-            newcomm: offset_of("newcomm")?,
+    fn from_format(format: &TracepointFormat) -> Result<Self, String> {
+        Ok(Self {
+            pid: format.offset("pid").unwrap_or(0),
+            newcomm: format.require("newcomm", "task_rename")?,
         })
     }
 }
@@ -304,17 +281,18 @@ mod tests {
 
     #[test]
     fn parses_the_task_rename_format() {
+        let parse = |text: &str| TaskRenameFormat::from_format(&TracepointFormat::parse(text));
         assert_eq!(
-            TaskRenameFormat::parse(FORMAT_6_18),
-            Some(TaskRenameFormat {
+            parse(FORMAT_6_18),
+            Ok(TaskRenameFormat {
                 pid: 8,
                 newcomm: 28
             })
         );
         let without_pid =
             FORMAT_6_18.replace("\tfield:pid_t pid;\toffset:8;\tsize:4;\tsigned:1;\n", "");
-        assert_eq!(TaskRenameFormat::parse(&without_pid).unwrap().pid, 0);
-        assert_eq!(TaskRenameFormat::parse("garbage"), None);
+        assert_eq!(parse(&without_pid).unwrap().pid, 0);
+        assert!(parse("garbage").is_err());
     }
 
     #[test]

@@ -52,6 +52,16 @@ pub struct ProcessInfo {
 }
 
 impl ProcessInfo {
+    /// A JVM or a Python interpreter: the processes whose off-CPU time is
+    /// recorded by default.
+    pub fn is_jvm_or_python(&self) -> bool {
+        self.runtime.is_jvm()
+            || matches!(
+                self.spark.role,
+                Role::Python | Role::PysparkDaemon | Role::PysparkWorker
+            )
+    }
+
     /// Whether its threads may run Spark tasks (an executor, or a driver in
     /// local mode).
     pub fn runs_tasks(&self) -> bool {
@@ -82,6 +92,14 @@ impl Runtime {
     pub fn is_jvm(&self) -> bool {
         matches!(self, Self::Jvm { .. })
     }
+
+    /// The libjvm.so path of a JVM.
+    pub fn libjvm(&self) -> Option<&str> {
+        match self {
+            Self::Jvm { libjvm } => Some(libjvm),
+            Self::Native => None,
+        }
+    }
 }
 
 /// A sample with its process and thread identified.
@@ -105,14 +123,6 @@ pub struct EnrichedDrain {
     pub samples: Vec<EnrichedSample>,
     /// Processes that exited (or whose PID was reused) since the last drain.
     pub exited: Vec<Arc<ProcessInfo>>,
-}
-
-/// A JVM seen for the first time: the collector should watch its renames.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewJvm {
-    pub pid: u32,
-    /// Its libjvm.so, as the process sees the path.
-    pub libjvm: String,
 }
 
 /// Thread-naming statistics over a recording, reported in index.json.
@@ -159,8 +169,9 @@ impl Enricher {
         }
     }
 
-    /// Every JVM running on the host now, to watch before sampling starts.
-    pub fn running_jvms(&mut self) -> Vec<NewJvm> {
+    /// Every process running on the host now, identified and cached, so the
+    /// caller can watch them (renames, off-CPU time) before sampling starts.
+    pub fn running_processes(&mut self) -> Vec<Arc<ProcessInfo>> {
         let Ok(entries) = fs::read_dir("/proc") else {
             return Vec::new();
         };
@@ -170,24 +181,22 @@ impl Enricher {
             .collect();
         pids.into_iter()
             .filter_map(|pid| self.identify(pid))
-            .filter_map(|info| new_jvm(&info))
             .collect()
     }
 
-    /// The collector watches this JVM's renames through `feed`.
-    pub fn watching(&mut self, jvm: &NewJvm, feed: NameFeed) {
+    /// The collector watches the renames of JVM `pid` through `feed`.
+    pub fn watching(&mut self, pid: u32, feed: NameFeed) {
         match &feed {
             NameFeed::Uprobe => self.stats.jvms_exact_names += 1,
             NameFeed::Tracepoint { reason } | NameFeed::None { reason } => {
                 self.stats.jvms_dump_names += 1;
                 tracing::info!(
-                    pid = jvm.pid,
-                    "JVM {}: full thread names from thread dumps: {reason}",
-                    jvm.pid
+                    pid,
+                    "JVM {pid}: full thread names from thread dumps: {reason}"
                 );
             }
         }
-        self.dumper.watch(jvm.pid, feed);
+        self.dumper.watch(pid, feed);
     }
 
     /// Takes the thread dumps that are due for these JVMs now. At start-up
@@ -199,12 +208,12 @@ impl Enricher {
         }
     }
 
-    /// Identifies the processes of a drain; returns the JVMs among them that
-    /// were not known before.
+    /// Identifies the processes of a drain; returns those that were not
+    /// known before (and are still running).
     ///
     /// Samples are matched against the cache first: a process that exited
     /// after being counted keeps the identity it had while it ran.
-    pub fn discover(&mut self, drain: &Drain) -> Vec<NewJvm> {
+    pub fn discover(&mut self, drain: &Drain) -> Vec<Arc<ProcessInfo>> {
         // Processes first seen in this drain and already gone: name them after
         // their main thread's comm if it was sampled.
         let mut leader_comms: HashMap<u32, &str> = HashMap::new();
@@ -214,13 +223,13 @@ impl Enricher {
             }
         }
         self.gone.clear();
-        let mut new_jvms = Vec::new();
+        let mut new = Vec::new();
         for raw in &drain.samples {
             if self.processes.contains_key(&raw.tgid) || self.gone.contains_key(&raw.tgid) {
                 continue;
             }
             match self.identify(raw.tgid) {
-                Some(info) => new_jvms.extend(new_jvm(&info)),
+                Some(info) => new.push(info),
                 None => {
                     let info = exited_process(raw, leader_comms.get(&raw.tgid).copied());
                     self.gone.insert(raw.tgid, Arc::new(info));
@@ -228,7 +237,7 @@ impl Enricher {
             }
         }
         self.resolve_drivers();
-        new_jvms
+        new
     }
 
     /// Reads and caches a process not seen before.
@@ -346,17 +355,6 @@ impl Enricher {
             samples,
             exited,
         }
-    }
-}
-
-/// The JVM a process is, if it is one.
-fn new_jvm(info: &ProcessInfo) -> Option<NewJvm> {
-    match &info.runtime {
-        Runtime::Jvm { libjvm } => Some(NewJvm {
-            pid: info.pid,
-            libjvm: libjvm.clone(),
-        }),
-        Runtime::Native => None,
     }
 }
 

@@ -23,7 +23,7 @@ use std::{
 use jvm::{JitBatch, JitOptions, JitStats, JitSymbolizer};
 
 use crate::{
-    collect::RawStack,
+    collect::{RawSample, RawStack, SampleKind},
     enrich::{EnrichedDrain, ProcessInfo, spark::TaskThread},
 };
 
@@ -64,6 +64,9 @@ pub struct SymbolizedSample {
     pub thread_name: String,
     /// The Spark task the thread ran, if any.
     pub task: Option<TaskThread>,
+    /// On-CPU samples, or off-CPU microseconds (then the leaf frame says how
+    /// the thread waited).
+    pub kind: SampleKind,
     pub frames: Vec<Frame>,
     pub count: u64,
 }
@@ -179,17 +182,13 @@ impl Symbolizer {
             .samples
             .into_iter()
             .map(|sample| {
-                let frames = self.frames(
-                    &sample.process,
-                    &sample.raw.user,
-                    &sample.raw.kernel,
-                    sample.raw.count,
-                );
+                let frames = self.frames(&sample.process, &sample.raw);
                 SymbolizedSample {
                     process: sample.process,
                     tid: sample.raw.tid,
                     thread_name: sample.thread_name,
                     task: sample.task,
+                    kind: sample.raw.kind,
                     frames,
                     count: sample.raw.count,
                 }
@@ -208,14 +207,15 @@ impl Symbolizer {
     }
 
     /// The frames of one sample, root first: a truncation marker if the user
-    /// stack was cut, user frames outermost to leaf, then kernel frames.
-    fn frames(
-        &mut self,
-        process: &ProcessInfo,
-        user: &RawStack,
-        kernel: &RawStack,
-        count: u64,
-    ) -> Vec<Frame> {
+    /// stack was cut, user frames outermost to leaf, then kernel frames, and
+    /// for off-CPU time a last frame that says how the thread waited.
+    fn frames(&mut self, process: &ProcessInfo, raw: &RawSample) -> Vec<Frame> {
+        let (user, kernel) = (&raw.user, &raw.kernel);
+        // JIT statistics count on-CPU samples only (off-CPU counts are time).
+        let count = match raw.kind {
+            SampleKind::OnCpu => raw.count,
+            SampleKind::OffCpu(_) => 0,
+        };
         let mut frames = Vec::new();
         match user {
             RawStack::Frames { ips, truncated } => {
@@ -245,6 +245,9 @@ impl Symbolizer {
         if frames.is_empty() {
             frames.push(Frame::marker("[no stack]"));
         }
+        if let SampleKind::OffCpu(state) = raw.kind {
+            frames.push(Frame::marker(state.marker()));
+        }
         frames
     }
 }
@@ -258,7 +261,9 @@ impl Symbolizer {
             };
         }
         let name = self.jit.name(process, addr);
-        self.jit.count_frame(name.is_some(), count);
+        if count > 0 {
+            self.jit.count_frame(name.is_some(), count);
+        }
         Frame {
             name: name.unwrap_or_else(|| "[unknown]".into()),
             kind: FrameKind::Jit,

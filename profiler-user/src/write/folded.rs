@@ -73,10 +73,10 @@ pub fn render(stacks: &HashMap<String, u64>) -> String {
 }
 
 /// An interactive SVG flame graph of folded text.
-pub fn flame_graph(folded: &str, title: &str) -> io::Result<Vec<u8>> {
+pub fn flame_graph(folded: &str, title: &str, unit: &str) -> io::Result<Vec<u8>> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_owned();
-    options.count_name = "samples".to_owned();
+    options.count_name = unit.to_owned();
     let mut svg = Vec::new();
     inferno::flamegraph::from_lines(&mut options, folded.lines(), &mut svg)?;
     Ok(svg)
@@ -110,6 +110,7 @@ mod tests {
             tid: 43,
             thread_name: "worker;1".into(),
             task: None,
+            kind: crate::collect::SampleKind::OnCpu,
             frames: vec![
                 frame("[truncated]", FrameKind::Marker),
                 frame("main", FrameKind::User),
@@ -129,7 +130,7 @@ mod tests {
         let text = render(&stacks);
         assert_eq!(text.lines().count(), 2);
         assert!(text.ends_with("asm_exc_page_fault_[k] 3\n"));
-        let svg = String::from_utf8(flame_graph(&text, "test").unwrap()).unwrap();
+        let svg = String::from_utf8(flame_graph(&text, "test", "samples").unwrap()).unwrap();
         assert!(svg.contains("<svg") && svg.contains("asm_exc_page_fault"));
     }
 

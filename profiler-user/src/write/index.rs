@@ -61,6 +61,8 @@ pub struct FileEntry {
     pub path: String,
     pub svg: String,
     pub kind: ProfileKind,
+    /// `samples` (on-CPU) or `microseconds` (off-CPU): what `samples` counts.
+    pub unit: &'static str,
     pub samples: u64,
     pub start: String,
     pub end: String,
@@ -88,6 +90,7 @@ impl FileEntry {
             path: rel_path.display().to_string(),
             svg: rel_path.with_extension("svg").display().to_string(),
             kind,
+            unit: kind.unit(),
             samples: 0,
             start: timestamp(start),
             end: timestamp(end),
@@ -129,6 +132,7 @@ impl FileEntry {
         }
         let kind = match self.kind {
             ProfileKind::Cpu => "on-CPU",
+            ProfileKind::Offcpu => "off-CPU (microseconds)",
         };
         format!("sparkprof {kind}: {who}")
     }

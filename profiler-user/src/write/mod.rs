@@ -38,6 +38,7 @@ use std::{
 use tracing::debug;
 
 use crate::{
+    collect::SampleKind,
     enrich::{
         ProcessInfo,
         spark::{Role, TaskThread},
@@ -51,12 +52,30 @@ use crate::{
 pub enum ProfileKind {
     /// On-CPU samples.
     Cpu,
+    /// Off-CPU time, in microseconds.
+    Offcpu,
 }
 
 impl ProfileKind {
+    fn of(kind: SampleKind) -> Self {
+        match kind {
+            SampleKind::OnCpu => Self::Cpu,
+            SampleKind::OffCpu(_) => Self::Offcpu,
+        }
+    }
+
     fn suffix(self) -> &'static str {
         match self {
             Self::Cpu => "cpu",
+            Self::Offcpu => "offcpu",
+        }
+    }
+
+    /// What a file's counts are.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::Cpu => "samples",
+            Self::Offcpu => "microseconds",
         }
     }
 }
@@ -269,7 +288,7 @@ impl Writer {
         self.start = Some(self.start.map_or(drain.start, |s| s.min(drain.start)));
         self.end = Some(self.end.map_or(drain.end, |e| e.max(drain.end)));
         for sample in drain.samples {
-            self.add_sample(ProfileKind::Cpu, sample, drain.start, drain.end);
+            self.add_sample(ProfileKind::of(sample.kind), sample, drain.start, drain.end);
         }
     }
 
@@ -325,9 +344,13 @@ impl Writer {
             .expect("an unused path exists")
     }
 
-    /// Total samples held.
+    /// Total on-CPU samples held (off-CPU files count microseconds).
     pub fn samples(&self) -> u64 {
-        self.files.values().map(|f| f.entry.samples).sum()
+        self.files
+            .iter()
+            .filter(|((kind, _), _)| *kind == ProfileKind::Cpu)
+            .map(|(_, f)| f.entry.samples)
+            .sum()
     }
 
     /// Writes every file changed since the last flush (folded + SVG), then
@@ -341,7 +364,7 @@ impl Writer {
             let svg_rel = file.rel_path.with_extension("svg");
             let result =
                 atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes()).and_then(|()| {
-                    let svg = folded::flame_graph(&text, &file.entry.title())?;
+                    let svg = folded::flame_graph(&text, &file.entry.title(), file.entry.unit)?;
                     atomic::write_atomic(&self.dir, &svg_rel, &svg)
                 });
             match result {

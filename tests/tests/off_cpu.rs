@@ -1,0 +1,197 @@
+//! Off-CPU time on the real kernel (`record --off-cpu`, sched_switch): a
+//! thread that sleeps a known share of its time, threads blocked on a pipe
+//! and on a lock, Java threads in Thread.sleep and at a monitor, and CPU
+//! contention, which must show as preemption and not as sleep.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use sparkprof_tests::{Recorder, Recording, Stack, Workload, build_workload, require_root};
+
+/// Off-CPU stacks of a process, from its `offcpu` files.
+fn off_cpu_stacks(recording: &Recording, pid: u32) -> Vec<Stack> {
+    let files: Vec<_> = recording
+        .files_of(pid)
+        .into_iter()
+        .filter(|entry| entry["kind"] == "offcpu")
+        .collect();
+    assert!(
+        !files.is_empty(),
+        "no off-CPU file for {pid}: {:?}",
+        recording.files()
+    );
+    for entry in &files {
+        assert_eq!(entry["unit"], "microseconds");
+        assert!(
+            entry["path"].as_str().unwrap().ends_with(".offcpu.folded"),
+            "{entry}"
+        );
+    }
+    files.iter().flat_map(|e| recording.stacks(e)).collect()
+}
+
+/// Microseconds of the stacks of thread `thread` that satisfy `wanted`.
+fn micros(stacks: &[Stack], thread: &str, wanted: impl Fn(&Stack) -> bool) -> u64 {
+    stacks
+        .iter()
+        .filter(|s| s.frames[1] == thread && wanted(s))
+        .map(|s| s.count)
+        .sum()
+}
+
+fn leaf_is(stack: &Stack, marker: &str) -> bool {
+    stack.frames.last().is_some_and(|leaf| leaf == marker)
+}
+
+fn has_frame(stack: &Stack, part: &str) -> bool {
+    stack.frames.iter().any(|frame| frame.contains(part))
+}
+
+#[test]
+fn blocked_time_where_threads_wait() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let binary = build_workload("offcpu", dir.path());
+    // --pid: the workload is the process of interest (not a JVM or Python).
+    // Its threads start on SIGUSR1, once sparkprof records.
+    let workload = Workload::start(&binary, &["wait", "4", "go-on-signal"]);
+    let pid = workload.pid();
+    let pid_arg = pid.to_string();
+    let recorder = Recorder::start(&["--off-cpu", "--min-block-us", "50", "--pid", &pid_arg]);
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    let output = workload.wait();
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let slept_us: u64 = output
+        .lines()
+        .find_map(|l| l.strip_prefix("slept_us "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no truth printed: {output:?}"));
+    let stacks = off_cpu_stacks(&recording, pid);
+
+    // The sleeper: its sleeps, as measured by itself, within 10%.
+    let sleeping = micros(&stacks, "sleeper", |s| {
+        leaf_is(s, "[off-cpu: sleep]") && has_frame(s, "sparkprof_sleeper_loop")
+    });
+    eprintln!("sleeper: {sleeping} us off-CPU asleep, truth {slept_us} us");
+    assert!(
+        (sleeping as f64 - slept_us as f64).abs() <= 0.10 * slept_us as f64,
+        "sleeper: {sleeping} us reported, {slept_us} us true"
+    );
+
+    // The pipe reader waits in read(), in the kernel's pipe read.
+    let piped = micros(&stacks, "piperead", |s| {
+        leaf_is(s, "[off-cpu: sleep]")
+            && has_frame(s, "pipe_reader")
+            && s.frames
+                .iter()
+                .any(|f| f.contains("pipe_read") && f.ends_with("_[k]"))
+    });
+    assert!(
+        piped >= 2_000_000,
+        "pipe reader blocked only {piped} us in pipe_read:\n{stacks:#?}"
+    );
+
+    // The contender waits for the mutex: a futex wait under its own frame.
+    let locked = micros(&stacks, "contender", |s| {
+        leaf_is(s, "[off-cpu: sleep]")
+            && has_frame(s, "contender")
+            && s.frames
+                .iter()
+                .any(|f| f.starts_with("futex_wait") && f.ends_with("_[k]"))
+    });
+    assert!(
+        locked >= 1_000_000,
+        "contender blocked {locked} us on the lock"
+    );
+
+    // Off-CPU counts are time, not samples: the summary and the JIT
+    // statistics only count on-CPU samples.
+    let cpu_samples: u64 = recording
+        .files()
+        .iter()
+        .filter(|e| e["kind"] == "cpu")
+        .map(|e| e["samples"].as_u64().unwrap())
+        .sum();
+    let stats = &recording.index["stats"];
+    assert!(cpu_samples <= stats["samples"].as_u64().unwrap());
+    assert!(stats["offcpu_switches"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn cpu_contention_is_preemption_not_sleep() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let binary = build_workload("offcpu", dir.path());
+    let busy_threads = (2 * std::thread::available_parallelism().unwrap().get()).to_string();
+    // --pid: the workload is the process of interest (not a JVM or Python).
+    let workload = Workload::start(&binary, &["contend", "4", &busy_threads]);
+    let pid = workload.pid();
+    let pid_arg = pid.to_string();
+    let recorder = Recorder::start(&["--off-cpu", "--pid", &pid_arg]);
+    workload.wait();
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let stacks = off_cpu_stacks(&recording, pid);
+    let preempted = micros(&stacks, "busy", |s| leaf_is(s, "[off-cpu: preempted]"));
+    let asleep = micros(&stacks, "busy", |s| leaf_is(s, "[off-cpu: sleep]"));
+    eprintln!("busy threads: {preempted} us preempted, {asleep} us asleep");
+    // Twice as many threads as CPUs: about half of their time is spent
+    // waiting for a CPU, and (almost) none asleep.
+    assert!(preempted >= 1_000_000, "only {preempted} us of preemption");
+    assert!(
+        asleep * 20 <= preempted,
+        "{asleep} us asleep vs {preempted} us preempted"
+    );
+}
+
+#[test]
+fn java_threads_waiting_in_sleep_and_at_a_monitor() {
+    require_root();
+    let classes =
+        Path::new("/var/tmp").join(format!("sparkprof-test-waits-{}", std::process::id()));
+    std::fs::create_dir_all(&classes).unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/Waits.java");
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .arg(&source)
+        .status()
+        .expect("javac (a JDK) is required by the off-CPU tests");
+    assert!(status.success());
+    // By default off-CPU time is recorded for every JVM (and Python): no --pid.
+    let recorder = Recorder::start(&["--off-cpu"]);
+    let mut java = Command::new("java")
+        .args(["-XX:+PreserveFramePointer", "-cp"])
+        .arg(&classes)
+        .args(["Waits", "5"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("java is required by the off-CPU tests");
+    let pid = java.id();
+    let mut line = String::new();
+    BufReader::new(java.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    assert!(java.wait().unwrap().success());
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let _ = std::fs::remove_dir_all(&classes);
+    let stacks = off_cpu_stacks(&recording, pid);
+
+    // Both wait in the kernel's futex wait, voluntarily, most of the time.
+    for thread in ["javasleeper", "javalocker"] {
+        let waiting = micros(&stacks, thread, |s| {
+            leaf_is(s, "[off-cpu: sleep]")
+                && s.frames
+                    .iter()
+                    .any(|f| f.starts_with("futex_wait") && f.ends_with("_[k]"))
+        });
+        eprintln!("{thread}: {waiting} us in futex waits");
+        assert!(waiting >= 2_500_000, "{thread}: only {waiting} us waiting");
+    }
+}
