@@ -25,8 +25,8 @@ use aya_ebpf::{
     programs::{ProbeContext, TracePointContext},
 };
 use profiler_common::{
-    MAX_RENAME_WATCH_TGIDS, RENAME_RING_BYTES, RenameEvent, THREAD_EPOCH_ENTRIES, rename_source,
-    stat,
+    MAX_RENAME_WATCH_TGIDS, RENAME_RING_BYTES, RenameEvent, THREAD_EPOCH_ENTRIES, THREAD_NAME_LEN,
+    rename_source, stat,
 };
 
 use crate::stats::count_stat;
@@ -77,24 +77,9 @@ pub fn jvm_thread_name(ctx: ProbeContext) -> u32 {
     };
     let tgid = ctx.tgid();
     let tid = ctx.pid();
-    let epoch = next_epoch(tid);
-    count_stat(stat::RENAMES);
-    let Some(mut entry) = RENAMES.reserve::<RenameEvent>(0) else {
-        count_stat(stat::RENAMES_LOST);
-        return 0;
-    };
-    let event = entry.as_mut_ptr();
-    unsafe {
-        (*event).tgid = tgid;
-        (*event).tid = tid;
-        (*event).epoch = epoch;
-        (*event).source = rename_source::JVM_NATIVE_NAME;
-        (*event).ktime_ns = bpf_ktime_get_ns();
-        if bpf_probe_read_user_str_bytes(name, &mut (*event).name).is_err() {
-            (*event).name[0] = 0;
-        }
-    }
-    entry.submit(0);
+    announce(tgid, tid, rename_source::JVM_NATIVE_NAME, |buffer| unsafe {
+        bpf_probe_read_user_str_bytes(name, buffer).is_ok()
+    });
     0
 }
 
@@ -115,28 +100,42 @@ pub fn task_rename(ctx: TracePointContext) -> u32 {
             _ => ctx.pid(),
         }
     };
-    let epoch = next_epoch(tid);
-    count_stat(stat::RENAMES);
-    let Some(mut entry) = RENAMES.reserve::<RenameEvent>(0) else {
-        count_stat(stat::RENAMES_LOST);
-        return 0;
-    };
-    let event = entry.as_mut_ptr();
     let newcomm = unsafe {
         ctx.as_ptr()
             .cast::<u8>()
             .add(TASK_RENAME_NEWCOMM_OFFSET.load() as usize)
     };
+    announce(tgid, tid, rename_source::TASK_RENAME, |buffer| unsafe {
+        bpf_probe_read_kernel_str_bytes(newcomm, buffer).is_ok()
+    });
+    0
+}
+
+/// Moves thread `tid` of process `tgid` to its next name epoch and sends
+/// the rename (`read_name` fills in the new name) through the ring buffer.
+#[inline(always)]
+fn announce(
+    tgid: u32,
+    tid: u32,
+    source: u32,
+    read_name: impl FnOnce(&mut [u8; THREAD_NAME_LEN]) -> bool,
+) {
+    let epoch = next_epoch(tid);
+    count_stat(stat::RENAMES);
+    let Some(mut entry) = RENAMES.reserve::<RenameEvent>(0) else {
+        count_stat(stat::RENAMES_LOST);
+        return;
+    };
+    let event = entry.as_mut_ptr();
     unsafe {
         (*event).tgid = tgid;
         (*event).tid = tid;
         (*event).epoch = epoch;
-        (*event).source = rename_source::TASK_RENAME;
+        (*event).source = source;
         (*event).ktime_ns = bpf_ktime_get_ns();
-        if bpf_probe_read_kernel_str_bytes(newcomm, &mut (*event).name).is_err() {
+        if !read_name(&mut (*event).name) {
             (*event).name[0] = 0;
         }
     }
     entry.submit(0);
-    0
 }
