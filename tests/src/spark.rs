@@ -264,12 +264,17 @@ impl Cluster {
     /// Runs `tests/workloads/<script>` as the driver (client mode) against
     /// this cluster: `python SCRIPT MASTER_URL EVENT_DIR ARGS...`, and waits
     /// for it. The script prints `APP_ID <id>`; its event log is the one
-    /// file it leaves in EVENT_DIR.
+    /// file it adds to EVENT_DIR (a cluster may run several applications
+    /// one after the other: the logs of earlier ones stay there).
     pub fn run_job(&mut self, script: &str, args: &[&str], timeout: Duration) -> Job {
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("workloads")
             .join(script);
         let events = self.dir().join("events");
+        let earlier: BTreeSet<PathBuf> = std::fs::read_dir(&events)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         let err_path = self.dir().join("logs/driver.err");
         let mut driver = self.command(&self.install.python.clone());
         driver
@@ -328,11 +333,12 @@ impl Cluster {
         let logs: Vec<PathBuf> = std::fs::read_dir(&events)
             .unwrap()
             .map(|e| e.unwrap().path())
+            .filter(|p| !earlier.contains(p))
             .collect();
         assert_eq!(
             logs.len(),
             1,
-            "one finished event log expected in {}: {logs:?}",
+            "one new finished event log expected in {}: {logs:?}",
             events.display()
         );
         let event_log = logs.into_iter().next().unwrap();
@@ -566,6 +572,12 @@ pub struct EventLog {
     pub stages: BTreeMap<(String, u64), StageTime>,
     /// Stage ID -> stage name.
     pub stage_names: BTreeMap<u64, String>,
+    /// The driver's own clock (Unix ms): application start and end, when
+    /// its first job was submitted and when its last job completed.
+    pub app_start_ms: Option<u64>,
+    pub app_end_ms: Option<u64>,
+    pub first_job_submitted_ms: Option<u64>,
+    pub last_job_completed_ms: Option<u64>,
 }
 
 impl EventLog {
@@ -585,6 +597,22 @@ impl EventLog {
             match event["Event"].as_str().unwrap_or_default() {
                 "SparkListenerApplicationStart" => {
                     log.app_id = event["App ID"].as_str().unwrap_or_default().to_owned();
+                    log.app_start_ms = event["Timestamp"].as_u64();
+                }
+                "SparkListenerApplicationEnd" => {
+                    log.app_end_ms = event["Timestamp"].as_u64();
+                }
+                "SparkListenerJobStart" => {
+                    if let Some(t) = event["Submission Time"].as_u64() {
+                        let first = log.first_job_submitted_ms.get_or_insert(t);
+                        *first = (*first).min(t);
+                    }
+                }
+                "SparkListenerJobEnd" => {
+                    if let Some(t) = event["Completion Time"].as_u64() {
+                        let last = log.last_job_completed_ms.get_or_insert(t);
+                        *last = (*last).max(t);
+                    }
                 }
                 "SparkListenerExecutorAdded" => {
                     log.executors

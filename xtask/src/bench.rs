@@ -17,9 +17,12 @@
 //! 4. JIT frames (sparkprof alone, see [`jit`]): perf-map load time and
 //!    lookup rate, and the share of a busy JVM's JIT frames named and
 //!    misnamed.
+//! 5. Spark (sparkprof alone, see [`spark`]): a multi-stage PySpark job's
+//!    runtime without and with sparkprof, interleaved; stage attribution of
+//!    a fake executor; what a thread dump's safepoints cost the JVM.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
-//! `cost`, `jit`). Everything the profilers write goes to a scratch
+//! `cost`, `jit`, `spark`). Everything the profilers write goes to a scratch
 //! directory that is removed afterwards; the results are printed and each
 //! section is written into its own marked block of BENCHMARKS.md (see
 //! [`write_sections`]), so a partial run keeps the other sections' latest
@@ -40,11 +43,12 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use crate::{build, run_cmd, toolchain, workspace_root};
 
 mod jit;
+mod spark;
 
 const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]]
-  N: interleaved pairs per profiler (default 5)
-  SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames);
-           default: all";
+  N: interleaved pairs per profiler (default 5), and Spark job pairs (default 3)
+  SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
+           spark (Spark job runtime, stage attribution, thread-dump safepoints); default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
 const DEFAULT_RUNS: usize = 5;
@@ -88,14 +92,16 @@ enum Section {
     Overhead,
     Cost,
     Jit,
+    Spark,
 }
 
 impl Section {
-    const ALL: [Section; 4] = [
+    const ALL: [Section; 5] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
         Section::Jit,
+        Section::Spark,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -105,6 +111,7 @@ impl Section {
             Section::Overhead => "overhead",
             Section::Cost => "cost",
             Section::Jit => "jit",
+            Section::Spark => "spark",
         }
     }
 
@@ -118,7 +125,7 @@ impl Section {
 
     /// Whether it compares sparkprof with perf and bpftrace.
     fn uses_peers(self) -> bool {
-        self != Section::Jit
+        !matches!(self, Section::Jit | Section::Spark)
     }
 }
 
@@ -126,6 +133,8 @@ impl Section {
 #[derive(Debug, PartialEq, Eq)]
 struct Options {
     runs: usize,
+    /// Whether `--runs` set it (the Spark section has its own default).
+    runs_set: bool,
     /// The sections to run, in [`Section::ALL`] order.
     sections: Vec<Section>,
     /// Whether `--only` chose them.
@@ -186,6 +195,14 @@ pub fn run(args: &[String]) -> Result<()> {
         true => Some(bench.jit()?),
         false => None,
     };
+    let spark_pairs = match options.runs_set {
+        true => runs,
+        false => spark::DEFAULT_PAIRS,
+    };
+    let spark = match wants(Section::Spark) {
+        true => Some(spark::measure(&bench, spark_pairs)?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -195,6 +212,7 @@ pub fn run(args: &[String]) -> Result<()> {
         overhead,
         own_cost,
         jit,
+        spark,
         incidents: bench.incidents.take(),
     };
 
@@ -258,6 +276,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
     };
     Ok(Options {
         runs: runs.unwrap_or(DEFAULT_RUNS),
+        runs_set: runs.is_some(),
         only: only.is_some(),
         sections,
     })
@@ -266,7 +285,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
 /// The exact command that reproduces a run, for BENCHMARKS.md.
 fn command_line(options: &Options) -> String {
     let mut command = "cargo xtask bench".to_owned();
-    if options.runs != DEFAULT_RUNS {
+    if options.runs_set {
         command += &format!(" --runs {}", options.runs);
     }
     if options.only {
@@ -1168,6 +1187,7 @@ struct Report {
     overhead: Option<Vec<Overhead>>,
     own_cost: Option<Vec<OwnCost>>,
     jit: Option<jit::JitReport>,
+    spark: Option<spark::SparkReport>,
     incidents: Vec<String>,
 }
 
@@ -1189,6 +1209,9 @@ impl Report {
         }
         if let Some(jit) = &self.jit {
             sections.push((Section::Jit, jit.markdown()));
+        }
+        if let Some(spark) = &self.spark {
+            sections.push((Section::Spark, spark.markdown()));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);

@@ -1,0 +1,910 @@
+//! Section 5 of `cargo xtask bench`: Spark (issue 4).
+//!
+//! 1. The multi-stage PySpark job of the end-to-end test
+//!    (`tests/workloads/spark_job.py`) on a real standalone cluster (the
+//!    tests' harness, `sparkprof_tests::spark`), run without and with a
+//!    whole-host `sparkprof record` at 99 Hz, interleaved in pairs whose
+//!    order alternates. The time is the driver's own, from the event log:
+//!    first job submitted to last job completed.
+//! 2. Stage attribution of the fake executor
+//!    (`tests/workloads/spark/CoarseGrainedExecutorBackend.java`, the JVM of
+//!    `tests/tests/stages.rs`): the share of each stage's hot method's
+//!    samples that landed in that stage's file, with the rename uprobe and
+//!    with `--thread-names dumps`.
+//! 3. What a thread dump (`jcmd Thread.print`, through the perf-maps attach
+//!    client as sparkprof takes it) costs the JVM: its safepoints' pause
+//!    from HotSpot's own safepoint log, and the dump's round trip.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdout, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use sparkprof_tests::{
+    Recorder, Recording,
+    spark::{Cluster, EventLog, SparkInstall},
+};
+
+use super::{
+    Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, wait_for_quiet_host,
+    wait_for_quiet_host_within,
+};
+use crate::{run_cmd, workspace_root};
+
+/// Interleaved (unprofiled, profiled) job pairs unless `--runs` says otherwise.
+pub const DEFAULT_PAIRS: usize = 3;
+/// The job and its size: `ROUNDS ROWS` as in tests/tests/spark.rs.
+const JOB_SCRIPT: &str = "spark_job.py";
+const JOB_ARGS: [&str; 2] = ["3", "2000000"];
+const JOB_TIMEOUT: Duration = Duration::from_secs(600);
+/// sparkprof's defaults: whole host at 99 Hz.
+const JOB_HZ: u32 = 99;
+/// The fake executor's run and sampling rate for the attribution figure.
+const STAGES_SECS: u32 = 20;
+const STAGES_HZ: u32 = 199;
+/// Thread dumps taken for the safepoint figure, this far apart.
+const DUMPS: usize = 30;
+const DUMP_SPACING: Duration = Duration::from_millis(500);
+/// The safepoints of one `Thread.print` in HotSpot 17: the dump itself,
+/// then the JNI summary and the deadlock check.
+const DUMP_SAFEPOINTS: [&str; 3] = ["PrintThreads", "PrintJNI", "FindDeadlocks"];
+/// Parts 2 and 3 wait this long for an idle host, then measure anyway and
+/// say so (attribution does not depend on it; pause times a little).
+const QUIET_PATIENCE: Duration = Duration::from_secs(15);
+/// Targets (issue 4, see BENCHMARKS.md).
+pub const TARGET_SLOWDOWN_PERCENT: f64 = 2.0;
+pub const TARGET_ACCURACY_PERCENT: f64 = 99.0;
+/// The hot method of each stage, by stage ID (as in tests/tests/stages.rs).
+const STAGE_METHODS: [&str; 4] = [
+    "stageZeroHot",
+    "stageOneHot",
+    "stageTwoHot",
+    "stageThreeHot",
+];
+const FAKE_APP_ID: &str = "app-20261122101010-0042";
+const FAKE_EXECUTOR_ID: &str = "7";
+
+/// Section 5's figures.
+pub struct SparkReport {
+    pub runtime: Runtime,
+    pub attribution: Vec<Attribution>,
+    pub dumps: Dumps,
+    /// Other processes' CPU (% of one core) when parts 2 and 3 began, if
+    /// the host was not idle then.
+    pub busy: Option<f64>,
+    /// `java -version`'s first line.
+    pub java: String,
+}
+
+pub fn measure(bench: &Bench, pairs: usize) -> Result<SparkReport> {
+    // The end-to-end test's components: a JDK and pyspark.
+    crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
+    crate::spark::setup()?;
+    let expected = workspace_root().join("target/release/sparkprof");
+    if bench.sparkprof != expected {
+        bail!(
+            "the tests' recorder runs {}, the bench built {}",
+            expected.display(),
+            bench.sparkprof.display()
+        );
+    }
+    let dir = bench.scratch.join("spark");
+    fs::create_dir_all(&dir)?;
+    let runtime = runtime(bench, pairs)?;
+    let busy = wait_for_quiet_host_within(QUIET_PATIENCE)?.err();
+    if let Some(busy) = busy {
+        progress(&format!(
+            "[spark] the host stays busy ({busy:.0} % of one core): measuring anyway, noted in the report"
+        ));
+    }
+    let classes = compile_fake_executor(&dir)?;
+    let mut attribution = Vec::new();
+    for dumps_only in [false, true] {
+        attribution.push(attribution_of(&classes, dumps_only)?);
+    }
+    let dumps = dump_cost(&classes, &dir)?;
+    let java = Command::new("java").arg("-version").output()?;
+    let java = String::from_utf8_lossy(&java.stderr)
+        .lines()
+        .next()
+        .unwrap_or("java")
+        .trim()
+        .to_owned();
+    Ok(SparkReport {
+        runtime,
+        attribution,
+        dumps,
+        busy,
+        java,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 1. The job's runtime.
+
+/// One run of the job.
+#[derive(Clone, Copy)]
+pub struct JobRun {
+    /// First job submitted to last job completed (driver's clock), s.
+    pub jobs_s: f64,
+    /// Application start to end (includes the executors' start), s.
+    pub app_s: f64,
+    /// sparkprof's utime + stime while the job ran, and that window.
+    pub sparkprof_cpu: Option<(Duration, Duration)>,
+}
+
+pub struct Pair {
+    pub profiled_first: bool,
+    pub unprofiled: JobRun,
+    pub profiled: JobRun,
+}
+
+impl Pair {
+    fn ratio(&self) -> f64 {
+        self.profiled.jobs_s / self.unprofiled.jobs_s
+    }
+
+    fn app_ratio(&self) -> f64 {
+        self.profiled.app_s / self.unprofiled.app_s
+    }
+}
+
+pub struct Runtime {
+    pub pairs: Vec<Pair>,
+    pub stages: usize,
+    pub tasks: u32,
+}
+
+fn runtime(bench: &Bench, pairs: usize) -> Result<Runtime> {
+    wait_for_quiet_host()?;
+    let install = SparkInstall::locate();
+    progress("[spark] starting a standalone Master and Worker");
+    let mut cluster = Cluster::start(&install);
+    // Let the daemons settle after their start (JIT, class loading).
+    wait_for_quiet_host()?;
+    let profiler = Profiler {
+        tool: Tool::Sparkprof,
+        hz: JOB_HZ,
+    };
+    let mut result = Runtime {
+        pairs: Vec::new(),
+        stages: 0,
+        tasks: 0,
+    };
+    for pair in 0..pairs {
+        // without, with, with, without, ...: neither side always goes first.
+        let profiled_first = pair % 2 == 1;
+        let mut runs = [None, None];
+        for profiled in [profiled_first, !profiled_first] {
+            let label = if profiled { "with" } else { "without" };
+            progress(&format!(
+                "[spark] pair {}/{pairs}: the job {label} sparkprof",
+                pair + 1
+            ));
+            let running = match profiled {
+                true => Some(Running::start(profiler, bench, "spark")?),
+                false => None,
+            };
+            let before = match &running {
+                Some(r) => Some((cpu_time(r.pid())?, Instant::now())),
+                None => None,
+            };
+            let job = cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT);
+            let sparkprof_cpu = match (&running, before) {
+                (Some(r), Some((cpu, wall))) => Some((cpu_time(r.pid())? - cpu, wall.elapsed())),
+                _ => None,
+            };
+            if let Some(running) = running {
+                running.stop()?;
+            }
+            let log = EventLog::read(&job.event_log);
+            let span = |a: Option<u64>, b: Option<u64>, what: &str| -> Result<f64> {
+                match (a, b) {
+                    (Some(a), Some(b)) if b > a => Ok((b - a) as f64 / 1e3),
+                    _ => bail!("the event log {} has no {what}", job.event_log.display()),
+                }
+            };
+            let run = JobRun {
+                jobs_s: span(
+                    log.first_job_submitted_ms,
+                    log.last_job_completed_ms,
+                    "job start and end",
+                )?,
+                app_s: span(
+                    log.app_start_ms,
+                    log.app_end_ms,
+                    "application start and end",
+                )?,
+                sparkprof_cpu,
+            };
+            result.stages = log.stage_names.len();
+            result.tasks = log.stages.values().map(|s| s.tasks).sum();
+            progress(&format!(
+                "      jobs {:.2} s, application {:.2} s{}",
+                run.jobs_s,
+                run.app_s,
+                match sparkprof_cpu {
+                    Some((cpu, wall)) => format!(
+                        ", sparkprof {:.2} s of CPU in {:.1} s",
+                        cpu.as_secs_f64(),
+                        wall.as_secs_f64()
+                    ),
+                    None => String::new(),
+                }
+            ));
+            runs[usize::from(profiled)] = Some(run);
+            // The executors of the application exit after it.
+            pause(Duration::from_secs(2))?;
+        }
+        let [Some(unprofiled), Some(profiled)] = runs else {
+            unreachable!("both runs of a pair ran");
+        };
+        result.pairs.push(Pair {
+            profiled_first,
+            unprofiled,
+            profiled,
+        });
+    }
+    let leftover = cluster.stop();
+    if !leftover.is_empty() {
+        bail!("Spark processes survived the cluster's stop: {leftover:?}");
+    }
+    Ok(result)
+}
+
+// ---------------------------------------------------------------------------
+// 2. Stage attribution of the fake executor.
+
+fn compile_fake_executor(dir: &Path) -> Result<PathBuf> {
+    let classes = dir.join("classes");
+    fs::create_dir_all(&classes)?;
+    let source = workspace_root().join("tests/workloads/spark/CoarseGrainedExecutorBackend.java");
+    run_cmd(Command::new("javac").arg("-d").arg(&classes).arg(&source))
+        .context("compiling the fake executor (needs a JDK 17: javac)")?;
+    Ok(classes)
+}
+
+/// The fake executor, with the JVM flags of tests/tests/stages.rs; killed
+/// when dropped.
+struct FakeExecutor {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl FakeExecutor {
+    fn start(classes: &Path, seconds: u32, extra: &[String]) -> Result<Self> {
+        let mut child = Command::new("java")
+            .args([
+                "-XX:+PreserveFramePointer",
+                "-XX:-TieredCompilation",
+                "-XX:CompileCommand=quiet",
+                "-XX:CompileCommand=dontinline,org.apache.spark.executor.CoarseGrainedExecutorBackend::stage*",
+            ])
+            .args(extra)
+            .arg("-cp")
+            .arg(classes)
+            .arg("org.apache.spark.executor.CoarseGrainedExecutorBackend")
+            .args([
+                "--driver-url",
+                "spark://CoarseGrainedScheduler@127.0.0.1:1",
+                "--executor-id",
+                FAKE_EXECUTOR_ID,
+                "--hostname",
+                "127.0.0.1",
+                "--cores",
+                "2",
+                "--app-id",
+                FAKE_APP_ID,
+                "--resourceProfileId",
+                "0",
+                "--seconds",
+                &seconds.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the fake executor (java)")?;
+        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut executor = Self { child, stdout };
+        let line = executor.line()?;
+        if line.trim() != "ready" {
+            bail!("the fake executor did not start: {line:?}");
+        }
+        Ok(executor)
+    }
+
+    fn line(&mut self) -> Result<String> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        Ok(line)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for its end; returns how many tasks it ran.
+    fn wait(mut self) -> Result<u64> {
+        let line = self.line()?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the fake executor failed: {status}");
+        }
+        line.trim()
+            .strip_prefix("done ")
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("unexpected end line {line:?} of the fake executor"))
+    }
+
+    /// SIGTERM, so that the JVM flushes its logs, then waits.
+    fn terminate(mut self) -> Result<()> {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for FakeExecutor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where one stage's hot method's samples landed.
+#[derive(Default, Clone, Copy)]
+pub struct Placement {
+    pub right: u64,
+    pub wrong_stage: u64,
+    /// In a file of the executor without a stage (comm-only name).
+    pub no_stage: u64,
+}
+
+impl Placement {
+    fn total(&self) -> u64 {
+        self.right + self.wrong_stage + self.no_stage
+    }
+
+    fn add(&mut self, other: &Placement) {
+        self.right += other.right;
+        self.wrong_stage += other.wrong_stage;
+        self.no_stage += other.no_stage;
+    }
+}
+
+pub struct Attribution {
+    /// `--thread-names dumps`.
+    pub dumps_only: bool,
+    /// By stage ID.
+    pub methods: [Placement; 4],
+    pub tasks: u64,
+    /// index.json `threads` of the recording.
+    pub jvms_exact_names: u64,
+    pub jvms_dump_names: u64,
+    pub thread_dumps: u64,
+}
+
+impl Attribution {
+    fn overall(&self) -> Placement {
+        let mut all = Placement::default();
+        for m in &self.methods {
+            all.add(m);
+        }
+        all
+    }
+}
+
+fn attribution_of(classes: &Path, dumps_only: bool) -> Result<Attribution> {
+    let mode = if dumps_only {
+        "--thread-names dumps"
+    } else {
+        "default thread names"
+    };
+    progress(&format!(
+        "[spark] the fake executor for {STAGES_SECS} s under sparkprof record -F {STAGES_HZ} ({mode})"
+    ));
+    let hz = STAGES_HZ.to_string();
+    // sparkprof first, as on a worker host; the duration only bounds it
+    // should the bench fail before its SIGINT.
+    let mut args = vec!["--frequency", &hz, "--duration", "600"];
+    if dumps_only {
+        args.extend(["--thread-names", "dumps"]);
+    }
+    let recorder = Recorder::start(&args);
+    let executor = FakeExecutor::start(classes, STAGES_SECS, &[]);
+    let (pid, tasks) = match executor {
+        Ok(executor) => (executor.pid(), executor.wait()),
+        Err(err) => (0, Err(err)),
+    };
+    let recording = recorder.stop_with(libc::SIGINT);
+    let tasks = tasks?;
+    if !recording.status.success() || !recording.index.is_object() {
+        let lines: Vec<&str> = recording.log.lines().collect();
+        bail!(
+            "sparkprof record failed ({}):\n{}",
+            recording.status,
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        );
+    }
+    let methods = placement(&recording, pid);
+    let threads = &recording.index["threads"];
+    let field = |key: &str| threads[key].as_u64().unwrap_or(0);
+    let result = Attribution {
+        dumps_only,
+        methods,
+        tasks,
+        jvms_exact_names: field("jvms_exact_names"),
+        jvms_dump_names: field("jvms_dump_names"),
+        thread_dumps: field("thread_dumps"),
+    };
+    let all = result.overall();
+    progress(&format!(
+        "      {} of {} hot-method samples in their stage's file, {} in another stage's, {} in none ({tasks} tasks)",
+        all.right,
+        all.total(),
+        all.wrong_stage,
+        all.no_stage
+    ));
+    if all.total() == 0 {
+        bail!("no sample of the fake executor's hot methods ({mode})");
+    }
+    Ok(result)
+}
+
+/// Samples of each stage's hot method by where they landed.
+fn placement(recording: &Recording, pid: u32) -> [Placement; 4] {
+    let mut methods = [Placement::default(); 4];
+    for entry in recording.files_of(pid) {
+        let file_stage = entry["stage_id"].as_u64();
+        for stack in recording.stacks(entry) {
+            let Some(stage) = STAGE_METHODS.iter().position(|method| {
+                let frame = format!("CoarseGrainedExecutorBackend.{method}");
+                stack.frames.iter().any(|f| f.contains(&frame))
+            }) else {
+                continue;
+            };
+            let p = &mut methods[stage];
+            match file_stage {
+                Some(s) if s == stage as u64 => p.right += stack.count,
+                Some(_) => p.wrong_stage += stack.count,
+                None => p.no_stage += stack.count,
+            }
+        }
+    }
+    methods
+}
+
+// ---------------------------------------------------------------------------
+// 3. What a thread dump costs the JVM.
+
+pub struct Dumps {
+    /// Pause of each dump (its safepoints' total time), ms.
+    pub pause_ms: Vec<f64>,
+    /// Per safepoint kind: total times, ms.
+    pub by_kind: BTreeMap<String, Vec<f64>>,
+    /// Round trip of each `thread_names()` call, ms.
+    pub round_trip_ms: Vec<f64>,
+    pub failed: usize,
+    /// Java threads at the dumps (HotSpot's safepoint statistics).
+    pub java_threads: Option<u64>,
+    /// Threads in the dumps' output.
+    pub threads_named: usize,
+    /// sparkprof's dump policy, read from its source.
+    pub min_interval_s: f64,
+    pub safety_interval_s: f64,
+}
+
+fn dump_cost(classes: &Path, dir: &Path) -> Result<Dumps> {
+    let log = dir.join("safepoint.log");
+    let _ = fs::remove_file(&log);
+    progress(&format!(
+        "[spark] {DUMPS} thread dumps of the fake executor, {} ms apart, with HotSpot's safepoint log",
+        DUMP_SPACING.as_millis()
+    ));
+    // Long enough for the dumps; terminated right after them.
+    let seconds = 60 + (DUMPS as u32) * DUMP_SPACING.as_millis() as u32 / 1000;
+    let executor = FakeExecutor::start(
+        classes,
+        seconds,
+        &[format!("-Xlog:safepoint*=info:file={}", log.display())],
+    )?;
+    let pid = executor.pid();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(err) = perf_maps::check_attachable(pid) {
+        if Instant::now() > deadline {
+            bail!("the fake executor cannot be attached to: {err}");
+        }
+        pause(Duration::from_millis(50))?;
+    }
+    let jvm = perf_maps::Jvm::new(pid).context("looking up the fake executor for attaching")?;
+    let mut round_trip_ms = Vec::new();
+    let mut failed = 0;
+    let mut threads_named = 0;
+    for _ in 0..DUMPS {
+        let started = Instant::now();
+        match jvm.thread_names() {
+            Ok(threads) => {
+                round_trip_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                threads_named = threads.len();
+            }
+            Err(err) => {
+                failed += 1;
+                progress(&format!("      a thread dump failed: {err}"));
+            }
+        }
+        pause(DUMP_SPACING.saturating_sub(started.elapsed()))?;
+    }
+    executor.terminate()?;
+    let text = fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    let (pause_ms, by_kind, java_threads) = dump_pauses(&text);
+    if pause_ms.len() != round_trip_ms.len() {
+        bail!(
+            "{} thread dumps answered, but the safepoint log has {} `PrintThreads` safepoints",
+            round_trip_ms.len(),
+            pause_ms.len()
+        );
+    }
+    let (min_interval_s, safety_interval_s) = dump_policy()?;
+    Ok(Dumps {
+        pause_ms,
+        by_kind,
+        round_trip_ms,
+        failed,
+        java_threads,
+        threads_named,
+        min_interval_s,
+        safety_interval_s,
+    })
+}
+
+/// From a `-Xlog:safepoint*` log: the pause of each thread dump (the total
+/// time of its `PrintThreads` safepoint and of the `PrintJNI` and
+/// `FindDeadlocks` ones after it, in ms), each kind's times, and the Java
+/// threads at the first `PrintThreads`.
+///
+/// Lines look like `[2.365s][info][safepoint        ] Safepoint
+/// "PrintThreads", Time since last: 1344080754 ns, Reaching safepoint:
+/// 187194 ns, Cleanup: 58748 ns, At safepoint: 200279 ns, Total: 446221 ns`
+/// and `[2.365s][info][safepoint,stats  ] PrintThreads [ 14 2 ][ ...`.
+fn dump_pauses(log: &str) -> (Vec<f64>, BTreeMap<String, Vec<f64>>, Option<u64>) {
+    let mut pauses: Vec<f64> = Vec::new();
+    let mut by_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut java_threads = None;
+    for line in log.lines() {
+        if line.contains("[safepoint,stats")
+            && java_threads.is_none()
+            && let Some((_, rest)) = line.split_once("] PrintThreads")
+        {
+            java_threads = rest
+                .trim_start()
+                .strip_prefix('[')
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok());
+        }
+        let Some((_, rest)) = line.split_once("] Safepoint \"") else {
+            continue;
+        };
+        let Some((kind, rest)) = rest.split_once('"') else {
+            continue;
+        };
+        if !DUMP_SAFEPOINTS.contains(&kind) {
+            continue;
+        }
+        let Some(total) = rest
+            .split_once("Total: ")
+            .and_then(|(_, t)| t.split_whitespace().next())
+            .and_then(|t| t.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let ms = total as f64 / 1e6;
+        by_kind.entry(kind.to_owned()).or_default().push(ms);
+        if kind == DUMP_SAFEPOINTS[0] {
+            pauses.push(ms);
+        } else if let Some(last) = pauses.last_mut() {
+            *last += ms;
+        }
+    }
+    (pauses, by_kind, java_threads)
+}
+
+/// `DumpPolicy::default()`'s `min_interval` and `safety_interval` (s), read
+/// from sparkprof's source so that the bound stated is the one it applies.
+fn dump_policy() -> Result<(f64, f64)> {
+    let path = workspace_root().join("profiler-user/src/enrich/jvm_threads.rs");
+    let source =
+        fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let default = source
+        .split_once("impl Default for DumpPolicy")
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("no `impl Default for DumpPolicy` in {}", path.display()))?;
+    let secs = |field: &str| -> Result<f64> {
+        let (_, rest) = default
+            .split_once(&format!("{field}: Duration::from_"))
+            .with_context(|| format!("no {field} in DumpPolicy::default()"))?;
+        let (unit, rest) = rest.split_once('(').context("malformed DumpPolicy")?;
+        let value: f64 = rest
+            .split_once(')')
+            .and_then(|(v, _)| v.trim().replace('_', "").parse().ok())
+            .context("malformed DumpPolicy")?;
+        match unit {
+            "secs" => Ok(value),
+            "millis" => Ok(value / 1e3),
+            _ => bail!("DumpPolicy's {field} in unit {unit:?}"),
+        }
+    };
+    Ok((secs("min_interval")?, secs("safety_interval")?))
+}
+
+// ---------------------------------------------------------------------------
+// The report.
+
+fn spread_percent(values: &[f64]) -> f64 {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    100.0 * (high / low - 1.0)
+}
+
+fn max(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        f64::NAN
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+impl SparkReport {
+    pub fn markdown(&self) -> String {
+        let mut text = format!(
+            "### 5. Spark (a multi-stage PySpark job with and without sparkprof; stage attribution; thread-dump safepoints)\n\n{}",
+            self.runtime_markdown()
+        );
+        text += &self.attribution_markdown();
+        text += &self.dumps_markdown();
+        text += &format!(
+            "\nSpark: pyspark {}; JVM: {}.\n",
+            sparkprof_tests::spark::PYSPARK_VERSION,
+            self.java
+        );
+        if let Some(busy) = self.busy {
+            text += &format!(
+                "\nThe host was not idle ({busy:.0} % of one core used by other processes) when \
+                 parts 2 and 3 began: their pause and round-trip times are noisier than usual.\n"
+            );
+        }
+        text
+    }
+
+    fn runtime_markdown(&self) -> String {
+        let r = &self.runtime;
+        let n = r.pairs.len();
+        let mut text = format!(
+            "**5.1 Job runtime.** `tests/workloads/spark_job.py {}` (two executors of one core, \
+             {} stages, {} tasks) on a standalone cluster on this host, {n} interleaved pair(s) \
+             without and with `sparkprof record` (whole host, {JOB_HZ} Hz); time from the \
+             event log, first job submitted to last job completed.\n\n\
+             | pair (order) | without, s | with, s | with / without | application span, without / with, s |\n\
+             |---|--:|--:|--:|--:|\n",
+            JOB_ARGS.join(" "),
+            r.stages,
+            r.tasks
+        );
+        for (i, p) in r.pairs.iter().enumerate() {
+            let order = if p.profiled_first {
+                "with first"
+            } else {
+                "without first"
+            };
+            text += &format!(
+                "| {} ({order}) | {:.2} | {:.2} | {:.3} | {:.2} / {:.2} |\n",
+                i + 1,
+                p.unprofiled.jobs_s,
+                p.profiled.jobs_s,
+                p.ratio(),
+                p.unprofiled.app_s,
+                p.profiled.app_s
+            );
+        }
+        let ratios: Vec<f64> = r.pairs.iter().map(Pair::ratio).collect();
+        let app_ratios: Vec<f64> = r.pairs.iter().map(Pair::app_ratio).collect();
+        let unprofiled: Vec<f64> = r.pairs.iter().map(|p| p.unprofiled.jobs_s).collect();
+        let ratio = median(&ratios);
+        let slowdown = 100.0 * (ratio - 1.0);
+        let noise = spread_percent(&unprofiled);
+        let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let (cpu, wall) = r
+            .pairs
+            .iter()
+            .filter_map(|p| p.profiled.sparkprof_cpu)
+            .fold((0.0, 0.0), |(c, w), (cpu, wall)| {
+                (c + cpu.as_secs_f64(), w + wall.as_secs_f64())
+            });
+        text += &format!(
+            "\n| figure | value | target |\n|---|--:|---|\n\
+             | slowdown, median of the pairs' ratios | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {:.3}) | < {TARGET_SLOWDOWN_PERCENT} %: {} |\n\
+             | noise: the runs without sparkprof, fastest to slowest | {noise:.1} % |  |\n\
+             | application span (incl. executor start), median of the pairs' ratios | {:+.1} % |  |\n\
+             | sparkprof's CPU while the job ran (utime + stime) | {:.2} % of one core ({cpu:.2} s in {wall:.0} s) |  |\n",
+            max(&ratios),
+            met(slowdown < TARGET_SLOWDOWN_PERCENT),
+            100.0 * (median(&app_ratios) - 1.0),
+            100.0 * cpu / wall,
+        );
+        text += &if n < 2 {
+            "\nWith one pair there is no noise estimate: the ratio may be noise of any size.\n"
+                .to_owned()
+        } else if noise > TARGET_SLOWDOWN_PERCENT {
+            format!(
+                "\nThe runs without sparkprof alone spread over {noise:.1} %, more than the \
+                 {TARGET_SLOWDOWN_PERCENT} % target: with {n} pairs this run cannot tell a \
+                 slowdown below about {noise:.0} % from noise, whichever way the median points \
+                 (more pairs: `--runs N`).\n"
+            )
+        } else {
+            format!(
+                "\nThe runs without sparkprof spread over {noise:.1} %, less than the \
+                 {TARGET_SLOWDOWN_PERCENT} % target (an estimate from {n} runs only).\n"
+            )
+        };
+        text
+    }
+
+    fn attribution_markdown(&self) -> String {
+        let mut text = format!(
+            "\n**5.2 Stage attribution.** The fake executor of `tests/tests/stages.rs` for \
+             {STAGES_SECS} s (two task threads renamed like Spark's through 4 stages, tasks of \
+             150 ms to 0.9 s) under `sparkprof record -F {STAGES_HZ}`: where the samples of \
+             each stage's hot method landed (index.json `stage_id` of their file).\n\n\
+             | thread names | method (stage) | samples | in its stage's file | in another stage's file | in no stage file | accuracy | target |\n\
+             |---|---|--:|--:|--:|--:|--:|---|\n"
+        );
+        for a in &self.attribution {
+            let mode = if a.dumps_only {
+                "`--thread-names dumps`"
+            } else {
+                "default (uprobe)"
+            };
+            let rows = a
+                .methods
+                .iter()
+                .enumerate()
+                .map(|(stage, p)| (format!("`{}` ({stage})", STAGE_METHODS[stage]), *p, false))
+                .chain([("all".to_owned(), a.overall(), true)]);
+            for (name, p, overall) in rows {
+                let accuracy = pct(p.right, p.total());
+                let target = match (overall, a.dumps_only) {
+                    (true, false) => format!(
+                        "≥ {TARGET_ACCURACY_PERCENT} %: {}",
+                        met(accuracy >= TARGET_ACCURACY_PERCENT)
+                    ),
+                    (true, true) => format!("none in another stage: {}", met(p.wrong_stage == 0)),
+                    _ => String::new(),
+                };
+                let bold = |s: String| if overall { format!("**{s}**") } else { s };
+                text += &format!(
+                    "| {mode} | {name} | {} | {} | {} | {} | {} | {target} |\n",
+                    p.total(),
+                    p.right,
+                    p.wrong_stage,
+                    p.no_stage,
+                    bold(format!("{accuracy:.2} %"))
+                );
+            }
+        }
+        text += "\n";
+        for a in &self.attribution {
+            text += &format!(
+                "- {}: {} tasks; index.json `threads`: {} JVMs with exact names, {} with dump-fed names, {} thread dumps.\n",
+                if a.dumps_only {
+                    "`--thread-names dumps`"
+                } else {
+                    "default"
+                },
+                a.tasks,
+                a.jvms_exact_names,
+                a.jvms_dump_names,
+                a.thread_dumps
+            );
+        }
+        text
+    }
+
+    fn dumps_markdown(&self) -> String {
+        let d = &self.dumps;
+        let pause = median(&d.pause_ms);
+        let worst = max(&d.pause_ms);
+        let kinds: Vec<String> = DUMP_SAFEPOINTS
+            .iter()
+            .filter_map(|k| {
+                let v = d.by_kind.get(*k)?;
+                Some(format!("`{k}` {:.3}", median(v)))
+            })
+            .collect();
+        let interval_ms = d.min_interval_s * 1e3;
+        let threads = d
+            .java_threads
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
+        format!(
+            "\n**5.3 Thread-dump safepoints.** {} dumps of the fake executor ({threads} Java \
+             threads, {} in a dump), {} ms apart, through the perf-maps attach client \
+             (`Jvm::thread_names`, `jcmd Thread.print`, as sparkprof takes them), with \
+             `-Xlog:safepoint*=info:file=...`. Each dump stops the JVM at {} safepoints \
+             ({}); a dump's pause is the sum of their `Total` (reaching the safepoint, \
+             cleanup and the operation).\n\n\
+             | figure | value |\n|---|--:|\n\
+             | pause per dump, median (max) | {pause:.3} ms ({worst:.3} ms) |\n\
+             | median per safepoint, ms | {} |\n\
+             | round trip of a dump (attach, dump, parse), median (max) | {:.1} ms ({:.1} ms) |\n\
+             | dumps failed | {} |\n\
+             | sparkprof's bound | one dump per JVM when it first sees it; then, only for JVMs without the rename uprobe, at most one per {} s (after a rename, or every {} s) |\n\
+             | the bound as a share of the JVM's time, median (max) pause | {:.3} % ({:.3} %) |\n\n\
+             A JVM with the uprobe pays one such pause per recording. The pause grows with \
+             the number of threads (a Spark executor has several times this JVM's).\n",
+            d.pause_ms.len(),
+            d.threads_named,
+            DUMP_SPACING.as_millis(),
+            DUMP_SAFEPOINTS.len(),
+            DUMP_SAFEPOINTS
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            kinds.join(", "),
+            median(&d.round_trip_ms),
+            max(&d.round_trip_ms),
+            d.failed,
+            fmt_secs(d.min_interval_s),
+            fmt_secs(d.safety_interval_s),
+            100.0 * pause / interval_ms,
+            100.0 * worst / interval_ms,
+        )
+    }
+}
+
+fn fmt_secs(s: f64) -> String {
+    if s.fract() == 0.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_safepoints_are_grouped_per_dump() {
+        let log = "\
+[1.021s][info][safepoint,stats  ] Cleanup                      [             13               2 ][ 1 2 3 4 ] 2
+[1.021s][info][safepoint        ] Safepoint \"Cleanup\", Time since last: 1 ns, Reaching safepoint: 94751 ns, Cleanup: 146279 ns, At safepoint: 4684951 ns, Total: 4925981 ns
+[2.365s][info][safepoint,stats  ] PrintThreads                 [             14               2 ][ 1 2 3 4 ] 2
+[2.365s][info][safepoint        ] Safepoint \"PrintThreads\", Time since last: 1 ns, Reaching safepoint: 187194 ns, Cleanup: 58748 ns, At safepoint: 200279 ns, Total: 446221 ns
+[2.365s][info][safepoint        ] Safepoint \"PrintJNI\", Time since last: 36755 ns, Reaching safepoint: 176062 ns, Cleanup: 8002 ns, At safepoint: 27972 ns, Total: 212036 ns
+[2.365s][info][safepoint        ] Safepoint \"FindDeadlocks\", Time since last: 26229 ns, Reaching safepoint: 82994 ns, Cleanup: 5108 ns, At safepoint: 11267 ns, Total: 99369 ns
+[2.633s][info][safepoint        ] Safepoint \"PrintThreads\", Time since last: 1 ns, Reaching safepoint: 107581 ns, Cleanup: 41482 ns, At safepoint: 180209 ns, Total: 329272 ns
+";
+        let (pauses, kinds, threads) = dump_pauses(log);
+        assert_eq!(pauses.len(), 2);
+        assert!((pauses[0] - 0.757626).abs() < 1e-9);
+        assert!((pauses[1] - 0.329272).abs() < 1e-9);
+        assert_eq!(kinds["PrintThreads"].len(), 2);
+        assert!(!kinds.contains_key("Cleanup"));
+        assert_eq!(threads, Some(14));
+    }
+
+    #[test]
+    fn the_dump_policy_is_read_from_sparkprofs_source() {
+        let (min, safety) = dump_policy().unwrap();
+        assert!(min > 0.0 && safety >= min);
+    }
+}
