@@ -148,7 +148,10 @@ impl Pipeline {
         for process in self.enricher.discover(&drain) {
             self.watch(&process);
         }
-        let drain = self.enricher.enrich(drain);
+        let collector = &self.collector;
+        let drain = self
+            .enricher
+            .enrich(drain, &|pid| collector.current_epochs(pid));
         for process in &drain.exited {
             self.collector.forget(process.pid);
         }
@@ -276,7 +279,10 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         .filter(|process| process.runtime.is_jvm())
         .map(|process| process.pid)
         .collect();
-    pipeline.enricher.dump_threads(&jvms);
+    let collector = &pipeline.collector;
+    pipeline
+        .enricher
+        .dump_threads(&jvms, &|pid| collector.current_epochs(pid));
     info!(
         frequency_hz = options.frequency_hz,
         stack_depth,

@@ -84,6 +84,11 @@ struct RecordArgs {
     /// flame graph splits per task (default: all tasks of a stage merge).
     #[arg(long)]
     task_frames: bool,
+    /// Per cent of a JVM's time that refreshing its perf map may take: after a
+    /// refresh that took d, the next waits d / (PCT/100). Higher names more
+    /// freshly compiled code, lower costs the JVM less.
+    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    jit_dump_budget: f64,
     /// Java frames with the JDK's full signatures instead of `pkg.Class.method`.
     #[arg(long)]
     java_signatures: bool,
@@ -141,6 +146,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
                 NameStyle::Readable
             },
             audit: args.jit_audit,
+            dump_budget: args.jit_dump_budget / 100.0,
             ..JitOptions::default()
         },
         write: WriteOptions {

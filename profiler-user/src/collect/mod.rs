@@ -335,6 +335,12 @@ impl Collector {
         })
     }
 
+    /// The current name epoch of each thread of process `pid`, as the
+    /// sampler would key a sample taken now.
+    pub fn current_epochs(&self, pid: u32) -> StdHashMap<u32, u32> {
+        self.renames.current_epochs(pid)
+    }
+
     /// Records a process's off-CPU time from now on (when recording it).
     pub fn watch_off_cpu(&mut self, pid: u32) -> Result<(), CollectError> {
         match self.off_cpu.as_mut() {

@@ -118,6 +118,7 @@ pub enum NameFeed {
 /// The rename programs, their attachments and the ring buffer.
 pub struct RenameFeed {
     renames: RingBuf<MapData>,
+    epochs: aya::maps::HashMap<MapData, u32, u32>,
     watch: HashMap<MapData, u32, u8>,
     /// libjvm.so files (device, inode) the uprobe is on, or why it is not.
     libjvms: StdHashMap<(u64, u64), Result<(), String>>,
@@ -165,6 +166,7 @@ impl RenameFeed {
         }
         Ok(Self {
             renames: take_map(ebpf, names::RENAMES)?,
+            epochs: take_map(ebpf, names::THREAD_EPOCHS)?,
             watch: take_map(ebpf, names::RENAME_WATCH_TGIDS)?,
             libjvms: StdHashMap::new(),
             watched: HashSet::new(),
@@ -216,6 +218,19 @@ impl RenameFeed {
         if self.watched.remove(&pid) {
             let _ = self.watch.remove(&pid);
         }
+    }
+
+    /// The current name epoch of each thread of process `pid` (0 for threads
+    /// never renamed while watched).
+    pub fn current_epochs(&self, pid: u32) -> StdHashMap<u32, u32> {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            return StdHashMap::new();
+        };
+        tasks
+            .filter_map(Result::ok)
+            .filter_map(|task| task.file_name().to_str()?.parse::<u32>().ok())
+            .map(|tid| (tid, self.epochs.get(&tid, 0).unwrap_or(0)))
+            .collect()
     }
 
     /// Every rename announced so far.

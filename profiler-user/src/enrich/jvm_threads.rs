@@ -56,12 +56,18 @@ struct JvmDumps {
     given_up: bool,
 }
 
-/// A finished dump: (tid as the host sees it, full name) pairs.
+/// A finished dump.
 pub struct Dump {
     pub pid: u32,
     pub time: SystemTime,
-    pub threads: Vec<(u32, String)>,
+    /// (tid as the host sees it, full name, the thread's name epoch if it
+    /// was the same just before and just after the dump: then the name is
+    /// exactly that epoch's).
+    pub threads: Vec<(u32, String, Option<u32>)>,
 }
+
+/// Reads the current name epoch of every thread of a process.
+pub type EpochReader<'a> = &'a dyn Fn(u32) -> HashMap<u32, u32>;
 
 /// Thread dumps of every JVM sparkprof names threads for.
 #[derive(Debug, Default)]
@@ -142,12 +148,16 @@ impl ThreadDumper {
     }
 
     /// Dumps the JVMs that are due, in parallel (each blocks on its JVM for a
-    /// fraction of a second), and returns what they said.
-    pub fn run(&mut self, sampled: &[u32]) -> Vec<Dump> {
+    /// fraction of a second), and returns what they said. The threads' name
+    /// epochs are read before and after, so that a name is tied to the epoch
+    /// it belongs to whenever no rename came in between.
+    pub fn run(&mut self, sampled: &[u32], epochs: EpochReader<'_>) -> Vec<Dump> {
         let due = self.due(sampled);
         if due.is_empty() {
             return Vec::new();
         }
+        let before: HashMap<u32, HashMap<u32, u32>> =
+            due.iter().map(|&pid| (pid, epochs(pid))).collect();
         let results: Vec<(u32, Result<Dump, AttachError>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = due
                 .iter()
@@ -171,9 +181,14 @@ impl ThreadDumper {
             jvm.last = Some(Instant::now());
             jvm.renamed = false;
             match result {
-                Ok(dump) => {
+                Ok(mut dump) => {
                     self.dumps += 1;
                     jvm.failures = 0;
+                    let after = epochs(pid);
+                    for (tid, _, epoch) in &mut dump.threads {
+                        let was = before.get(&pid).and_then(|b| b.get(tid));
+                        *epoch = was.filter(|&was| after.get(tid) == Some(was)).copied();
+                    }
                     dumps.push(dump);
                 }
                 Err(err) => {
@@ -220,7 +235,7 @@ fn dump(pid: u32) -> Result<Dump, AttachError> {
                 None => thread.nid,
                 Some(map) => *map.get(&thread.nid)?,
             };
-            Some((tid, thread.name))
+            Some((tid, thread.name, None))
         })
         .collect();
     Ok(Dump { pid, time, threads })

@@ -20,7 +20,7 @@ pub mod threads;
 
 use std::{collections::HashMap, fs, sync::Arc};
 
-use jvm_threads::{DumpPolicy, ThreadDumper};
+use jvm_threads::{DumpPolicy, EpochReader, ThreadDumper};
 use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
 use threads::ThreadNames;
 use tracing::debug;
@@ -199,11 +199,11 @@ impl Enricher {
         self.dumper.watch(pid, feed);
     }
 
-    /// Takes the thread dumps that are due for these JVMs now. At start-up
-    /// this learns the names threads were given before sparkprof watched
-    /// their renames, before those threads get renamed again.
-    pub fn dump_threads(&mut self, pids: &[u32]) {
-        for dump in self.dumper.run(pids) {
+    /// Takes the thread dumps that are due for these JVMs now, before any
+    /// sample is drained. At start-up this learns the names threads were
+    /// given before sparkprof watched their renames.
+    pub fn dump_threads(&mut self, pids: &[u32], epochs: EpochReader<'_>) {
+        for dump in self.dumper.run(pids, epochs) {
             self.names.apply_dump(dump.pid, &dump.threads, dump.time);
         }
     }
@@ -293,7 +293,7 @@ impl Enricher {
 
     /// Names the threads of a drain and tags Spark tasks. Call after
     /// [`Self::discover`] for the same drain.
-    pub fn enrich(&mut self, drain: Drain) -> EnrichedDrain {
+    pub fn enrich(&mut self, drain: Drain, epochs: EpochReader<'_>) -> EnrichedDrain {
         self.names.apply(&drain.renames);
         for rename in &drain.renames {
             if rename.source == RenameSource::TaskRename {
@@ -301,11 +301,22 @@ impl Enricher {
             }
         }
         // Thread dumps where due (JVMs first seen, tracepoint-fed JVMs
-        // after renames).
+        // after renames). A name tied to its epoch (no rename during the
+        // dump) names this drain's samples of that epoch too; the others
+        // are filed after this drain is named: renames between the buffer
+        // flip and the dump only arrive with the next drain, and until then
+        // such a name could be filed under the wrong epoch.
         let mut sampled: Vec<u32> = drain.samples.iter().map(|s| s.tgid).collect();
         sampled.sort_unstable();
         sampled.dedup();
-        self.dump_threads(&sampled);
+        let mut dumps = self.dumper.run(&sampled, epochs);
+        for dump in &mut dumps {
+            let (tied, loose): (Vec<_>, Vec<_>) = std::mem::take(&mut dump.threads)
+                .into_iter()
+                .partition(|(_, _, epoch)| epoch.is_some());
+            self.names.apply_dump(dump.pid, &tied, dump.time);
+            dump.threads = loose;
+        }
 
         let mut samples = Vec::with_capacity(drain.samples.len());
         for raw in drain.samples {
@@ -331,6 +342,9 @@ impl Enricher {
                 thread_name,
                 task,
             });
+        }
+        for dump in dumps {
+            self.names.apply_dump(dump.pid, &dump.threads, dump.time);
         }
         self.names.prune(drain.end);
 

@@ -78,9 +78,31 @@ impl ThreadNames {
     /// Renames just before the dump may not be announced yet (they come with
     /// the next drain); [`Self::name_at`] then rejects the name for the
     /// epoch it was filed under, because a later epoch began before the dump.
-    pub fn apply_dump(&mut self, tgid: u32, names: &[(u32, String)], time: SystemTime) {
-        for (tid, name) in names {
+    ///
+    /// A name whose epoch is known (`Some`: the thread had that epoch just
+    /// before and just after the dump) is filed under it as exact.
+    pub fn apply_dump(
+        &mut self,
+        tgid: u32,
+        names: &[(u32, String, Option<u32>)],
+        time: SystemTime,
+    ) {
+        for (tid, name, known_epoch) in names {
             let history = self.threads.entry((tgid, *tid)).or_default();
+            if let Some(epoch) = known_epoch {
+                let exact = history.epochs.get(epoch).is_some_and(|record| record.exact);
+                if !exact {
+                    history.epochs.insert(
+                        *epoch,
+                        NameRecord {
+                            name: name.clone(),
+                            since: time,
+                            exact: true,
+                        },
+                    );
+                }
+                continue;
+            }
             let epoch = history
                 .epochs
                 .iter()
@@ -203,7 +225,7 @@ mod tests {
     fn a_dump_names_the_latest_epoch_only_if_the_comm_agrees() {
         let mut names = ThreadNames::new();
         // Named before sparkprof started: epoch 0, from the dump.
-        names.apply_dump(1, &[(7, TASK_A.into())], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[(7, TASK_A.into(), None)], SystemTime::UNIX_EPOCH);
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_A);
         // A sample whose comm says the thread had another name then.
         assert_eq!(names.name_at(1, 7, 0, "Executor task i"), "Executor task i");
@@ -212,7 +234,7 @@ mod tests {
         // fills in the full name of that epoch.
         names.apply(&[rename(8, 4, "Executor task l", RenameSource::TaskRename)]);
         assert_eq!(names.name_at(1, 8, 4, "Executor task l"), "Executor task l");
-        names.apply_dump(1, &[(8, TASK_B.into())], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[(8, TASK_B.into(), None)], SystemTime::UNIX_EPOCH);
         assert_eq!(names.name_at(1, 8, 4, "Executor task l"), TASK_B);
     }
 
@@ -221,7 +243,7 @@ mod tests {
         let at = |secs| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
         let mut names = ThreadNames::new();
         // Dump at t=10 says TASK_B; filed under epoch 0 (no rename known yet).
-        names.apply_dump(1, &[(7, TASK_B.into())], at(10));
+        names.apply_dump(1, &[(7, TASK_B.into(), None)], at(10));
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_B);
         // The next drain announces a rename at t=9 to TASK_B: the dump saw
         // epoch 1's name, so epoch 0 falls back to its comm.
@@ -231,15 +253,26 @@ mod tests {
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), "Executor task l");
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
         // A later dump files under the epoch that began before it.
-        names.apply_dump(1, &[(7, TASK_A.into())], at(11));
+        names.apply_dump(1, &[(7, TASK_A.into(), None)], at(11));
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
+    }
+
+    #[test]
+    fn a_dump_bracketed_by_one_epoch_names_exactly_that_epoch() {
+        let mut names = ThreadNames::new();
+        names.apply_dump(1, &[(7, TASK_A.into(), Some(3))], SystemTime::UNIX_EPOCH);
+        // Exact: used whatever the comm, and a later rename does not undo it.
+        assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_A);
+        names.apply(&[rename(7, 4, TASK_B, RenameSource::JvmNativeName)]);
+        assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_A);
+        assert_eq!(names.name_at(1, 7, 4, "Executor task l"), TASK_B);
     }
 
     #[test]
     fn a_dump_never_overrides_an_exact_name() {
         let mut names = ThreadNames::new();
         names.apply(&[rename(7, 1, TASK_A, RenameSource::JvmNativeName)]);
-        names.apply_dump(1, &[(7, TASK_B.into())], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[(7, TASK_B.into(), None)], SystemTime::UNIX_EPOCH);
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_A);
     }
 

@@ -53,6 +53,10 @@ pub struct JvmResolver {
     /// Whether a map existed before our first dump (then we never delete it).
     map_preexisted: Option<bool>,
     last_dump: Option<Instant>,
+    /// How long the latest dump took (not the first: it also starts the
+    /// JVM's attach listener), for the dump budget.
+    last_dump_cost: Option<Duration>,
+    dumps: u32,
     failures: u32,
     refusal_logged: bool,
     alive: bool,
@@ -123,6 +127,8 @@ impl JvmResolver {
             ability,
             map_preexisted: None,
             last_dump: None,
+            last_dump_cost: None,
+            dumps: 0,
             failures: 0,
             refusal_logged: false,
             alive: true,
@@ -161,6 +167,11 @@ impl JvmResolver {
         if !at_least(options.min_dump_interval.max(backoff(self.failures))) {
             return false;
         }
+        if !reasons.final_pass
+            && !at_least(budget_interval(self.last_dump_cost, options.dump_budget))
+        {
+            return false;
+        }
         since.is_none()
             || reasons.final_pass
             || reasons.unresolved > 0
@@ -178,9 +189,14 @@ impl JvmResolver {
         if self.map_preexisted.is_none() {
             self.map_preexisted = Some(jvm.perf_map_path().exists());
         }
-        self.last_dump = Some(Instant::now());
+        let started = Instant::now();
+        self.last_dump = Some(started);
         match jvm.dump_perf_map() {
             Ok(_) => {
+                if self.dumps > 0 {
+                    self.last_dump_cost = Some(started.elapsed());
+                }
+                self.dumps += 1;
                 self.failures = 0;
                 true
             }
@@ -251,10 +267,33 @@ impl JvmResolver {
     }
 }
 
+/// The shortest wait after a dump that took `cost` that keeps dumping
+/// within `budget` (a share) of the JVM's time.
+fn budget_interval(cost: Option<Duration>, budget: f64) -> Duration {
+    match cost {
+        Some(cost) if budget > 0.0 => cost.div_f64(budget.min(1.0)),
+        _ => Duration::ZERO,
+    }
+}
+
 /// Waiting time after `failures` failed requests in a row.
 fn backoff(failures: u32) -> Duration {
     Duration::from_secs(match failures {
         0 => 0,
         n => 2u64.pow(n.min(5)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dumps_stay_within_their_budget() {
+        let cost = Some(Duration::from_millis(200));
+        assert_eq!(budget_interval(cost, 0.01), Duration::from_secs(20));
+        assert_eq!(budget_interval(cost, 0.5), Duration::from_millis(400));
+        assert_eq!(budget_interval(None, 0.01), Duration::ZERO);
+        assert_eq!(budget_interval(cost, 0.0), Duration::ZERO);
+    }
 }

@@ -24,6 +24,13 @@ pub struct JitOptions {
     pub churn_dump_interval: Duration,
     /// Refresh a JVM's map at least this often while its JIT code is sampled.
     pub max_map_age: Duration,
+    /// Share of wall time one JVM may spend writing perf maps for sparkprof:
+    /// after a dump that took `d`, the next waits at least `d / dump_budget`
+    /// (the final dump of a recording aside). `Compiler.perfmap` rewrites the
+    /// whole code cache map, a fraction of a second of CPU for a Spark
+    /// executor, which refreshing every second made a Spark job measurably
+    /// slower.
+    pub dump_budget: f64,
     /// Append one line per distinct (drain, pid, address) of JIT code to
     /// this file: the name given and the drain's time window (hidden
     /// `--jit-audit`; see [`super::audit`]). For the benchmark.
@@ -39,6 +46,7 @@ impl Default for JitOptions {
             min_dump_interval: Duration::from_secs(1),
             churn_dump_interval: Duration::from_secs(3),
             max_map_age: Duration::from_secs(20),
+            dump_budget: 0.01,
             audit: None,
         }
     }
