@@ -19,6 +19,21 @@ use std::{
 use serde_json::Value;
 use tempfile::TempDir;
 
+/// JVM flags of the fake Spark executor (`workloads/spark`): each hot method
+/// is compiled once, never inlined and never replaced (no tiers, no
+/// on-stack replacement), so its code never moves in the code cache and JIT
+/// names cannot drift while stage attribution is measured. (With OSR, an
+/// OSR method freed early had its addresses reused by another stage's
+/// method, and a perf map not yet refreshed named that code after the old
+/// one.)
+pub const FAKE_EXECUTOR_JVM_FLAGS: &[&str] = &[
+    "-XX:+PreserveFramePointer",
+    "-XX:-TieredCompilation",
+    "-XX:-UseOnStackReplacement",
+    "-XX:CompileCommand=quiet",
+    "-XX:CompileCommand=dontinline,org.apache.spark.executor.CoarseGrainedExecutorBackend::stage*",
+];
+
 /// Panics unless running as root: these tests load eBPF programs.
 pub fn require_root() {
     assert_eq!(

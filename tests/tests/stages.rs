@@ -12,7 +12,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use sparkprof_tests::{Recorder, Recording, Stack, require_root};
+use sparkprof_tests::{FAKE_EXECUTOR_JVM_FLAGS, Recorder, Recording, Stack, require_root};
 
 const APP_ID: &str = "app-20261122101010-0042";
 const EXECUTOR_ID: &str = "7";
@@ -51,16 +51,9 @@ impl FakeExecutor {
         require_root();
         let classes = classes();
         let mut child = Command::new("java")
-            // One compilation per hot method, never inlined and never
-            // replaced: the test is about stages, so JIT names must not
-            // drift as the code cache churns.
-            .args([
-                "-XX:+PreserveFramePointer",
-                "-XX:-TieredCompilation",
-                "-XX:CompileCommand=quiet",
-                "-XX:CompileCommand=dontinline,org.apache.spark.executor.CoarseGrainedExecutorBackend::stage*",
-                "-cp",
-            ])
+            // The test is about stages: JIT names must not drift.
+            .args(FAKE_EXECUTOR_JVM_FLAGS)
+            .arg("-cp")
             .arg(&classes)
             .arg("org.apache.spark.executor.CoarseGrainedExecutorBackend")
             .args([

@@ -11,9 +11,9 @@ package org.apache.spark.executor;
  * it. Stage S always runs the hot method `stageS...Hot` and nothing else, so
  * a profile can check that every sample of that method landed in stage S.
  * Each hot method does a short burst of work per call, so it is compiled at
- * a call boundary (run it with `-XX:-TieredCompilation` and
- * `-XX:CompileCommand=dontinline,...::stage*` and each is compiled once and
- * never moves in the code cache: its frames are named reliably).
+ * a call boundary (run it with the flags in FAKE_EXECUTOR_JVM_FLAGS of
+ * tests/src/lib.rs and each is compiled once and never moves in the code
+ * cache: its frames are named reliably).
  * Tasks alternate between long (about a second) and short (150-300 ms)
  * ones, and the two pool threads take tasks of all stages in turn.
  *

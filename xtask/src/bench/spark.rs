@@ -279,12 +279,7 @@ struct FakeExecutor {
 impl FakeExecutor {
     fn start(classes: &Path, seconds: u32, extra: &[String]) -> Result<Self> {
         let mut child = Command::new("java")
-            .args([
-                "-XX:+PreserveFramePointer",
-                "-XX:-TieredCompilation",
-                "-XX:CompileCommand=quiet",
-                "-XX:CompileCommand=dontinline,org.apache.spark.executor.CoarseGrainedExecutorBackend::stage*",
-            ])
+            .args(sparkprof_tests::FAKE_EXECUTOR_JVM_FLAGS)
             .args(extra)
             .arg("-cp")
             .arg(classes)
