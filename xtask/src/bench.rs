@@ -20,9 +20,12 @@
 //! 5. Spark (sparkprof alone, see [`spark`]): a multi-stage PySpark job's
 //!    runtime without and with sparkprof, interleaved; stage attribution of
 //!    a fake executor; what a thread dump's safepoints cost the JVM.
+//! 6. Off-CPU time (sparkprof alone, see [`off_cpu`]): a pipe ping-pong's
+//!    runtime without and with sparkprof, on-CPU only and with `--off-cpu`,
+//!    interleaved; sparkprof's CPU; in-kernel ns per `sched_switch` run.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
-//! `cost`, `jit`, `spark`). Everything the profilers write goes to a scratch
+//! `cost`, `jit`, `spark`, `offcpu`). Everything the profilers write goes to a scratch
 //! directory that is removed afterwards; the results are printed and each
 //! section is written into its own marked block of BENCHMARKS.md (see
 //! [`write_sections`]), so a partial run keeps the other sections' latest
@@ -43,12 +46,14 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use crate::{build, run_cmd, toolchain, workspace_root};
 
 mod jit;
+mod off_cpu;
 mod spark;
 
 const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]]
   N: interleaved pairs per profiler (default 5), and Spark job pairs (default 3)
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
-           spark (Spark job runtime, stage attribution, thread-dump safepoints); default: all";
+           spark (Spark job runtime, stage attribution, thread-dump safepoints),
+           offcpu (pipe ping-pong with and without --off-cpu); default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
 const DEFAULT_RUNS: usize = 5;
@@ -93,15 +98,17 @@ enum Section {
     Cost,
     Jit,
     Spark,
+    OffCpu,
 }
 
 impl Section {
-    const ALL: [Section; 5] = [
+    const ALL: [Section; 6] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
         Section::Jit,
         Section::Spark,
+        Section::OffCpu,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -112,6 +119,7 @@ impl Section {
             Section::Cost => "cost",
             Section::Jit => "jit",
             Section::Spark => "spark",
+            Section::OffCpu => "offcpu",
         }
     }
 
@@ -125,7 +133,7 @@ impl Section {
 
     /// Whether it compares sparkprof with perf and bpftrace.
     fn uses_peers(self) -> bool {
-        !matches!(self, Section::Jit | Section::Spark)
+        !matches!(self, Section::Jit | Section::Spark | Section::OffCpu)
     }
 }
 
@@ -203,6 +211,10 @@ pub fn run(args: &[String]) -> Result<()> {
         true => Some(spark::measure(&bench, spark_pairs)?),
         false => None,
     };
+    let off_cpu = match wants(Section::OffCpu) {
+        true => Some(off_cpu::measure(&bench, runs)?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -213,6 +225,7 @@ pub fn run(args: &[String]) -> Result<()> {
         own_cost,
         jit,
         spark,
+        off_cpu,
         incidents: bench.incidents.take(),
     };
 
@@ -1188,6 +1201,7 @@ struct Report {
     own_cost: Option<Vec<OwnCost>>,
     jit: Option<jit::JitReport>,
     spark: Option<spark::SparkReport>,
+    off_cpu: Option<off_cpu::OffCpuReport>,
     incidents: Vec<String>,
 }
 
@@ -1212,6 +1226,9 @@ impl Report {
         }
         if let Some(spark) = &self.spark {
             sections.push((Section::Spark, spark.markdown()));
+        }
+        if let Some(off_cpu) = &self.off_cpu {
+            sections.push((Section::OffCpu, off_cpu.markdown()));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);

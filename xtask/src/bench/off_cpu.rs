@@ -1,0 +1,749 @@
+//! Section 6 of `cargo xtask bench`: off-CPU time (issue 5).
+//!
+//! 1. The worst case for a `sched_switch` program: `xtask/bench/pingpong.c`,
+//!    two processes bouncing one byte over two pipes a fixed number of round
+//!    trips, both pinned to CPU 0, so that each round trip is two direct
+//!    switches on one CPU (unpinned, the time depends mostly on where the
+//!    scheduler put them and varies tenfold). Run without
+//!    and with `sparkprof record --pid PARENT --pid CHILD`, once on-CPU only
+//!    (the reference: what sparkprof costs without `--off-cpu`) and once
+//!    with `--off-cpu`, in interleaved pairs whose order alternates. The
+//!    workload waits for a line on stdin after its fork, so that sparkprof
+//!    starts with both pids and records before the first round trip; the
+//!    time is the workload's own, around the round trips only.
+//! 2. sparkprof's CPU (utime + stime from `/proc/PID/stat`) over the round
+//!    trips of each profiled run.
+//! 3. The in-kernel cost per `sched_switch` invocation: `run_time_ns /
+//!    run_cnt` of that tracepoint program from `/proc/PID/fdinfo` with
+//!    `kernel.bpf_stats_enabled` on, over ping-pong runs under `--off-cpu`.
+
+use std::{
+    fs,
+    io::{BufRead, BufReader, Write},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{
+    Bench, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, bench_unique, cpu_time, fdinfo_field,
+    interrupt, median, met, pause, progress, wait_for_quiet_host,
+};
+use crate::{run_cmd, workspace_root};
+
+/// Round trips of one ping-pong run: about 2.5 s on the reference host.
+pub const ROUND_TRIPS: u64 = 500_000;
+/// Ping-pong runs under `--off-cpu` with BPF statistics on.
+const KERNEL_ROUNDS: usize = 3;
+/// `prog_type` of BPF_PROG_TYPE_TRACEPOINT in `/proc/PID/fdinfo`.
+const BPF_PROG_TYPE_TRACEPOINT: u64 = 5;
+/// The off-CPU tracepoint program's name (`profiler_common::names`).
+const SCHED_SWITCH_PROGRAM: &str = "sched_switch";
+/// sparkprof's default `--min-block-us`, for the report.
+const MIN_BLOCK_US: u64 = 100;
+/// Targets (issue 5, see BENCHMARKS.md).
+pub const TARGET_SLOWDOWN_PERCENT: f64 = 5.0;
+pub const TARGET_SPARK_SLOWDOWN_PERCENT: f64 = 1.0;
+
+/// How sparkprof records the ping-pong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// On-CPU sampling only (the default 99 Hz): the reference row.
+    OnCpu,
+    /// With `--off-cpu`.
+    OffCpu,
+}
+
+impl Mode {
+    const ALL: [Mode; 2] = [Mode::OnCpu, Mode::OffCpu];
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Mode::OnCpu => &[],
+            Mode::OffCpu => &["--off-cpu"],
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::OnCpu => "on-CPU only",
+            Mode::OffCpu => "`--off-cpu`",
+        }
+    }
+}
+
+/// `stats` of the recording's index.json.
+#[derive(Clone, Copy, Default)]
+pub struct Stats {
+    pub samples: u64,
+    pub offcpu_switches: u64,
+    pub offcpu_short: u64,
+}
+
+/// One interleaved pair of ping-pong runs.
+pub struct Pair {
+    pub profiled_first: bool,
+    /// Wall seconds of the round trips.
+    pub unprofiled: f64,
+    pub profiled: f64,
+    /// sparkprof's utime + stime over the profiled run, and that window.
+    pub cpu: Duration,
+    pub window: Duration,
+    pub stats: Stats,
+}
+
+impl Pair {
+    fn ratio(&self) -> f64 {
+        self.profiled / self.unprofiled
+    }
+}
+
+pub struct ModeResult {
+    pub mode: Mode,
+    pub pairs: Vec<Pair>,
+}
+
+impl ModeResult {
+    fn ratios(&self) -> Vec<f64> {
+        self.pairs.iter().map(Pair::ratio).collect()
+    }
+
+    fn cpu_percent(&self) -> (f64, f64, f64) {
+        let cpu: f64 = self.pairs.iter().map(|p| p.cpu.as_secs_f64()).sum();
+        let wall: f64 = self.pairs.iter().map(|p| p.window.as_secs_f64()).sum();
+        (100.0 * cpu / wall, cpu, wall)
+    }
+}
+
+/// One ping-pong run under `--off-cpu` with BPF statistics on.
+pub struct KernelRound {
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    /// The run's wall seconds (round trips only).
+    pub seconds: f64,
+}
+
+pub struct OffCpuReport {
+    pub modes: Vec<ModeResult>,
+    pub kernel: Vec<KernelRound>,
+}
+
+pub fn measure(bench: &Bench, runs: usize) -> Result<OffCpuReport> {
+    crate::toolchain::apt_install(&["gcc", "libc6-dev"])
+        .context("installing the C compiler for the ping-pong workload")?;
+    let dir = bench.scratch.join("offcpu");
+    fs::create_dir_all(&dir)?;
+    let binary = compile_pingpong(&dir)?;
+    let harness = Harness {
+        sparkprof: &bench.sparkprof,
+        binary: &binary,
+        dir: &dir,
+    };
+    wait_for_quiet_host()?;
+    let mut modes: Vec<ModeResult> = Mode::ALL
+        .into_iter()
+        .map(|mode| ModeResult {
+            mode,
+            pairs: Vec::new(),
+        })
+        .collect();
+    for pair in 0..runs {
+        // without, with, with, without, ...; and the two modes take turns
+        // going first, so that neither always follows the other.
+        let profiled_first = pair % 2 == 1;
+        let mut order: Vec<&mut ModeResult> = modes.iter_mut().collect();
+        if pair % 2 == 1 {
+            order.reverse();
+        }
+        for result in order {
+            let mode = result.mode;
+            let (mut unprofiled, mut profiled) = (None, None);
+            for with in [profiled_first, !profiled_first] {
+                if with {
+                    profiled = Some(harness.profiled_run(mode)?);
+                } else {
+                    unprofiled = Some(harness.unprofiled_run()?);
+                }
+            }
+            let (Some(unprofiled), Some((profiled, cpu, window, stats))) = (unprofiled, profiled)
+            else {
+                unreachable!("both runs of a pair ran");
+            };
+            progress(&format!(
+                "[offcpu] pair {}/{runs}, {}: {unprofiled:.3} s without, {profiled:.3} s with sparkprof ({:.3}); sparkprof {:.2} s of CPU",
+                pair + 1,
+                mode.label(),
+                profiled / unprofiled,
+                cpu.as_secs_f64()
+            ));
+            result.pairs.push(Pair {
+                profiled_first,
+                unprofiled,
+                profiled,
+                cpu,
+                window,
+                stats,
+            });
+        }
+    }
+    let kernel = harness.kernel_cost()?;
+    Ok(OffCpuReport { modes, kernel })
+}
+
+/// Compiles `xtask/bench/pingpong.c` with frame pointers.
+fn compile_pingpong(dir: &Path) -> Result<PathBuf> {
+    let source = workspace_root().join("xtask/bench/pingpong.c");
+    let binary = dir.join("pingpong");
+    run_cmd(
+        Command::new("cc")
+            .args([
+                "-O2",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+                "-o",
+            ])
+            .arg(&binary)
+            .arg(&source),
+    )
+    .context("compiling the ping-pong workload")?;
+    Ok(binary)
+}
+
+struct Harness<'a> {
+    sparkprof: &'a Path,
+    binary: &'a Path,
+    dir: &'a Path,
+}
+
+impl Harness<'_> {
+    fn unprofiled_run(&self) -> Result<f64> {
+        let mut pingpong = PingPong::start(self.binary)?;
+        pingpong.go()?;
+        pingpong.finish()
+    }
+
+    /// Wall seconds, sparkprof's CPU over them and the wall window of that,
+    /// and the recording's statistics.
+    fn profiled_run(&self, mode: Mode) -> Result<(f64, Duration, Duration, Stats)> {
+        let mut pingpong = PingPong::start(self.binary)?;
+        let recorder = Recorder::start(self.sparkprof, self.dir, mode, pingpong.pids)?;
+        let (cpu_before, started) = (cpu_time(recorder.pid())?, Instant::now());
+        pingpong.go()?;
+        let seconds = pingpong.finish()?;
+        let cpu = cpu_time(recorder.pid())?.saturating_sub(cpu_before);
+        let window = started.elapsed();
+        let stats = recorder.stop()?;
+        Ok((seconds, cpu, window, stats))
+    }
+
+    /// In-kernel cost of the `sched_switch` program, over [`KERNEL_ROUNDS`]
+    /// ping-pong runs under `--off-cpu` (each with sparkprof afresh).
+    fn kernel_cost(&self) -> Result<Vec<KernelRound>> {
+        let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;
+        let mut rounds = Vec::new();
+        for round in 1..=KERNEL_ROUNDS {
+            let mut pingpong = PingPong::start(self.binary)?;
+            let recorder = Recorder::start(self.sparkprof, self.dir, Mode::OffCpu, pingpong.pids)?;
+            let before = sched_switch_stats(recorder.pid())?;
+            pingpong.go()?;
+            let seconds = pingpong.finish()?;
+            let after = sched_switch_stats(recorder.pid())?;
+            recorder.stop()?;
+            let result = KernelRound {
+                run_cnt: after.1.saturating_sub(before.1),
+                run_time_ns: after.0.saturating_sub(before.0),
+                seconds,
+            };
+            if result.run_cnt == 0 {
+                bail!("sparkprof's sched_switch program did not run during the ping-pong");
+            }
+            progress(&format!(
+                "[offcpu] in-kernel cost, round {round}/{KERNEL_ROUNDS}: {} sched_switch runs, {:.0} ns each",
+                result.run_cnt,
+                result.run_time_ns as f64 / result.run_cnt as f64
+            ));
+            rounds.push(result);
+        }
+        Ok(rounds)
+    }
+}
+
+/// The ping-pong workload, waiting for its go line; killed if dropped.
+struct PingPong {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// Parent and child.
+    pids: [u32; 2],
+}
+
+impl PingPong {
+    fn start(binary: &Path) -> Result<Self> {
+        let mut child = Command::new(binary)
+            .arg(ROUND_TRIPS.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the ping-pong workload")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut pingpong = Self {
+            child,
+            stdin,
+            stdout,
+            pids: [0, 0],
+        };
+        let line = pingpong.line()?;
+        let pids: Vec<u32> = line
+            .trim()
+            .strip_prefix("pids ")
+            .map(|rest| rest.split(' ').filter_map(|p| p.parse().ok()).collect())
+            .unwrap_or_default();
+        let [parent, child] = pids[..] else {
+            bail!("unexpected first line of the ping-pong workload: {line:?}");
+        };
+        pingpong.pids = [parent, child];
+        Ok(pingpong)
+    }
+
+    fn line(&mut self) -> Result<String> {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .context("reading the ping-pong workload's output")?;
+        interrupt::check()?;
+        Ok(line)
+    }
+
+    fn go(&mut self) -> Result<()> {
+        self.stdin
+            .write_all(b"go\n")
+            .and_then(|()| self.stdin.flush())
+            .context("starting the round trips")
+    }
+
+    /// Waits for the end; the round trips' wall seconds.
+    fn finish(mut self) -> Result<f64> {
+        let line = self.line()?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the ping-pong workload failed: {status}");
+        }
+        line.trim()
+            .strip_prefix("elapsed ")
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("unexpected last line of the ping-pong workload: {line:?}"))
+    }
+}
+
+impl Drop for PingPong {
+    fn drop(&mut self) {
+        // The forked child reads EOF once its parent is gone, and exits.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sparkprof record --pid PARENT --pid CHILD [--off-cpu]`; killed if
+/// dropped before [`Recorder::stop`].
+struct Recorder {
+    child: Child,
+    dir: PathBuf,
+    log: PathBuf,
+    reaped: bool,
+}
+
+impl Recorder {
+    /// Starts sparkprof and waits until it records.
+    fn start(sparkprof: &Path, scratch: &Path, mode: Mode, pids: [u32; 2]) -> Result<Self> {
+        let dir = scratch.join(format!("record-{}", bench_unique()));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = dir.join("log");
+        let log_file = fs::File::create(&log)?;
+        let mut command = Command::new(sparkprof);
+        command
+            .arg("record")
+            .args(mode.args())
+            .args(["--pid", &pids[0].to_string(), "--pid", &pids[1].to_string()])
+            .arg("--output")
+            .arg(dir.join("profiles"))
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {command:?}"))?;
+        let mut recorder = Self {
+            child,
+            dir,
+            log,
+            reaped: false,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let log = fs::read_to_string(&recorder.log).unwrap_or_default();
+            if log.contains("recording on") {
+                return Ok(recorder);
+            }
+            if let Some(status) = recorder.child.try_wait()? {
+                recorder.reaped = true;
+                bail!("sparkprof exited ({status}) before recording:\n{log}");
+            }
+            if Instant::now() > deadline {
+                bail!("sparkprof did not record within {START_TIMEOUT:?}:\n{log}");
+            }
+            pause(Duration::from_millis(20))?;
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// SIGINT, waits for a clean exit, returns index.json's statistics and
+    /// removes the recording.
+    fn stop(mut self) -> Result<Stats> {
+        unsafe { libc::kill(self.pid(), libc::SIGINT) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                self.reaped = true;
+                break status;
+            }
+            if Instant::now() > deadline {
+                bail!("sparkprof did not exit within {STOP_TIMEOUT:?} of SIGINT");
+            }
+            pause(Duration::from_millis(20))?;
+        };
+        let log = fs::read_to_string(&self.log).unwrap_or_default();
+        if !status.success() {
+            bail!("sparkprof failed after SIGINT ({status}):\n{log}");
+        }
+        let index = self.dir.join("profiles/index.json");
+        let index: serde_json::Value = serde_json::from_str(
+            &fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?,
+        )
+        .with_context(|| format!("parsing {}", index.display()))?;
+        let field = |name: &str| index["stats"][name].as_u64().unwrap_or(0);
+        let stats = Stats {
+            samples: field("samples"),
+            offcpu_switches: field("offcpu_switches"),
+            offcpu_short: field("offcpu_short"),
+        };
+        let _ = fs::remove_dir_all(&self.dir);
+        Ok(stats)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `(run_time_ns, run_cnt)` of the `sched_switch` tracepoint program that
+/// process `pid` holds.
+fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
+    let fds = format!("/proc/{pid}/fd");
+    for entry in fs::read_dir(&fds).with_context(|| format!("listing {fds}"))? {
+        let entry = entry?;
+        let is_prog = fs::read_link(entry.path())
+            .map(|target| target.as_os_str() == "anon_inode:bpf-prog")
+            .unwrap_or(false);
+        if !is_prog {
+            continue;
+        }
+        let path = format!("/proc/{pid}/fdinfo/{}", entry.file_name().to_string_lossy());
+        let Ok(info) = fs::read_to_string(&path) else {
+            continue; // closed meanwhile
+        };
+        let field = |name: &str| fdinfo_field(&info, name);
+        if field("prog_type") != Some(BPF_PROG_TYPE_TRACEPOINT) {
+            continue;
+        }
+        let Some(id) = field("prog_id") else {
+            continue;
+        };
+        if prog_name(id as u32)? != SCHED_SWITCH_PROGRAM {
+            continue;
+        }
+        let (Some(run_time_ns), Some(run_cnt)) = (field("run_time_ns"), field("run_cnt")) else {
+            bail!("{path} has no run_time_ns/run_cnt (kernel too old for BPF stats?)");
+        };
+        return Ok((run_time_ns, run_cnt));
+    }
+    bail!("process {pid} holds no {SCHED_SWITCH_PROGRAM} tracepoint program")
+}
+
+/// A loaded BPF program's name (at most 15 bytes), by its id: fdinfo has
+/// none, so `BPF_PROG_GET_FD_BY_ID` and `BPF_OBJ_GET_INFO_BY_FD`.
+fn prog_name(id: u32) -> Result<String> {
+    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    /// `struct bpf_prog_info` up to its `name` (bytes 64 to 80).
+    const INFO_LEN: usize = 80;
+    #[repr(C)]
+    struct GetFdById {
+        prog_id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    #[repr(C)]
+    struct GetInfoByFd {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let attr = GetFdById {
+        prog_id: id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    // SAFETY: the attribute is a valid `bpf_attr` prefix of the size given.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_GET_FD_BY_ID,
+            &attr as *const GetFdById,
+            size_of::<GetFdById>() as u32,
+        )
+    };
+    if fd < 0 {
+        bail!(
+            "BPF_PROG_GET_FD_BY_ID {id}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: a new file descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut info = [0u64; INFO_LEN / 8];
+    let attr = GetInfoByFd {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: INFO_LEN as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    // SAFETY: `info` is INFO_LEN writable bytes; the kernel writes at most
+    // `info_len` of them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &attr as *const GetInfoByFd,
+            size_of::<GetInfoByFd>() as u32,
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "BPF_OBJ_GET_INFO_BY_FD of program {id}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let bytes: Vec<u8> = info.iter().flat_map(|word| word.to_ne_bytes()).collect();
+    let name = &bytes[64..INFO_LEN];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+// ---------------------------------------------------------------------------
+// The report.
+
+fn spread_percent(values: &[f64]) -> f64 {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    100.0 * (high / low - 1.0)
+}
+
+impl OffCpuReport {
+    pub fn markdown(&self) -> String {
+        let runs = self.modes.first().map_or(0, |m| m.pairs.len());
+        let mut text = format!(
+            "### 6. Off-CPU time (a pipe ping-pong with and without `--off-cpu`; sparkprof's CPU; in-kernel cost per sched_switch)\n\n\
+             **6.1 Ping-pong.** `xtask/bench/pingpong.c`: two processes bounce one byte over \
+             two pipes {ROUND_TRIPS} times, both pinned to CPU 0 (each round trip is two direct \
+             switches there); {runs} \
+             interleaved pair(s) without and with `sparkprof record --pid PARENT --pid CHILD` \
+             (99 Hz), on-CPU only and with `--off-cpu` (default `--min-block-us` \
+             {MIN_BLOCK_US}), sparkprof started afresh for each run and recording before the \
+             first round trip; time from the workload, round trips only.\n\n\
+             | pair (order) | without, s | on-CPU only, s | ratio | without, s | `--off-cpu`, s | ratio |\n\
+             |---|--:|--:|--:|--:|--:|--:|\n"
+        );
+        for (i, first) in self.modes[0].pairs.iter().enumerate() {
+            let cells: Vec<String> = self
+                .modes
+                .iter()
+                .map(|m| {
+                    let p = &m.pairs[i];
+                    format!("{:.3} | {:.3} | {:.3}", p.unprofiled, p.profiled, p.ratio())
+                })
+                .collect();
+            let order = if first.profiled_first {
+                "with first"
+            } else {
+                "without first"
+            };
+            text += &format!("| {} ({order}) | {} |\n", i + 1, cells.join(" | "));
+        }
+        text += "\n| sparkprof | slowdown, median of the pairs' ratios | sparkprof's CPU while recording (utime + stime) | target |\n|---|--:|--:|---|\n";
+        let mut medians = Vec::new();
+        for m in &self.modes {
+            let ratios = m.ratios();
+            let ratio = median(&ratios);
+            medians.push(ratio);
+            let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let slowdown = 100.0 * (ratio - 1.0);
+            let (percent, cpu, wall) = m.cpu_percent();
+            let target = match m.mode {
+                Mode::OffCpu => format!(
+                    "< {TARGET_SLOWDOWN_PERCENT} %: {}",
+                    met(slowdown < TARGET_SLOWDOWN_PERCENT)
+                ),
+                Mode::OnCpu => "(reference)".to_owned(),
+            };
+            text += &format!(
+                "| {} | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {high:.3}) | {percent:.2} % of one core ({cpu:.2} s in {wall:.1} s) | {target} |\n",
+                m.mode.label()
+            );
+        }
+        let unprofiled: Vec<f64> = self
+            .modes
+            .iter()
+            .flat_map(|m| m.pairs.iter().map(|p| p.unprofiled))
+            .collect();
+        let noise = spread_percent(&unprofiled);
+        text += &format!(
+            "\nNoise: the {} runs without sparkprof span {noise:.1} % from fastest to slowest. \
+             What `--off-cpu` adds: {:+.1} points over on-CPU only (difference of the medians).\n",
+            unprofiled.len(),
+            100.0 * (medians.get(1).copied().unwrap_or(f64::NAN) - medians[0])
+        );
+        if let Some(off) = self.modes.iter().find(|m| m.mode == Mode::OffCpu) {
+            let switches: u64 = off.pairs.iter().map(|p| p.stats.offcpu_switches).sum();
+            let short: u64 = off.pairs.iter().map(|p| p.stats.offcpu_short).sum();
+            let samples: u64 = off.pairs.iter().map(|p| p.stats.samples).sum();
+            let trips = ROUND_TRIPS * off.pairs.len() as u64;
+            text += &format!(
+                "Under `--off-cpu` sparkprof saw {switches} switch-outs of the two processes in \
+                 its {} recordings ({:.2} per round trip; index.json `offcpu_switches`), of which \
+                 {short} ({:.1} %) were blocked less than {MIN_BLOCK_US} µs and not counted \
+                 (`offcpu_short`), and {samples} on-CPU samples.\n",
+                off.pairs.len(),
+                switches as f64 / trips as f64,
+                if switches == 0 {
+                    f64::NAN
+                } else {
+                    100.0 * short as f64 / switches as f64
+                }
+            );
+        }
+        text += &self.kernel_markdown();
+        text += &format!(
+            "\n**6.3 Spark job under `--off-cpu`.** Not measured by this section: the target \
+             (the job less than {TARGET_SPARK_SLOWDOWN_PERCENT} % slower with `--off-cpu`) \
+             stays open. Section 5's job pairs start sparkprof with fixed arguments.\n"
+        );
+        text
+    }
+
+    fn kernel_markdown(&self) -> String {
+        let mut text = format!(
+            "\n**6.2 In-kernel cost per `sched_switch` invocation.** {KERNEL_ROUNDS} ping-pong \
+             runs under `sparkprof record --off-cpu --pid PARENT --pid CHILD` with \
+             `kernel.bpf_stats_enabled=1` (restored afterwards): `run_time_ns` and `run_cnt` of \
+             sparkprof's `{SCHED_SWITCH_PROGRAM}` tracepoint program (`/proc/PID/fdinfo`) just \
+             before the first round trip and just after the last. The program runs on every \
+             context switch of the host; for switches of other processes it does one hash \
+             lookup.\n\n\
+             | round | invocations | ns per invocation | invocations per round trip | in-kernel time per round trip, µs | in-kernel time per second of the run, % of one core |\n\
+             |---|--:|--:|--:|--:|--:|\n"
+        );
+        let mut rows: Vec<(String, u64, u64, f64, u64)> = self
+            .kernel
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((i + 1).to_string(), r.run_cnt, r.run_time_ns, r.seconds, 1))
+            .collect();
+        let all = rows.iter().fold(
+            ("all".to_owned(), 0u64, 0u64, 0.0, 0u64),
+            |(label, c, n, s, k), (_, rc, rn, rs, rk)| (label, c + rc, n + rn, s + rs, k + rk),
+        );
+        rows.push(all);
+        for (round, count, ns, seconds, runs) in &rows {
+            let trips = (ROUND_TRIPS * runs) as f64;
+            text += &format!(
+                "| {round} | {count} | {:.0} | {:.2} | {:.2} | {:.2} % |\n",
+                *ns as f64 / *count as f64,
+                *count as f64 / trips,
+                *ns as f64 / 1e3 / trips,
+                100.0 * *ns as f64 / 1e9 / seconds
+            );
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(profiled_first: bool, unprofiled: f64, profiled: f64) -> Pair {
+        Pair {
+            profiled_first,
+            unprofiled,
+            profiled,
+            cpu: Duration::from_millis(30),
+            window: Duration::from_millis(2500),
+            stats: Stats {
+                samples: 10,
+                offcpu_switches: 400_000,
+                offcpu_short: 399_000,
+            },
+        }
+    }
+
+    #[test]
+    fn the_report_lists_every_pair_and_the_kernel_rounds() {
+        let report = OffCpuReport {
+            modes: vec![
+                ModeResult {
+                    mode: Mode::OnCpu,
+                    pairs: vec![pair(false, 2.5, 2.55), pair(true, 2.6, 2.6)],
+                },
+                ModeResult {
+                    mode: Mode::OffCpu,
+                    pairs: vec![pair(false, 2.5, 2.75), pair(true, 2.5, 2.7)],
+                },
+            ],
+            kernel: vec![KernelRound {
+                // 2 invocations of 2 µs each per round trip.
+                run_cnt: 2 * ROUND_TRIPS,
+                run_time_ns: 4_000 * ROUND_TRIPS,
+                seconds: 4e-6 * ROUND_TRIPS as f64 * 2.0,
+            }],
+        };
+        let text = report.markdown();
+        assert!(text.starts_with("### 6. Off-CPU time"), "{text}");
+        assert!(
+            text.contains("| 1 (without first) | 2.500 | 2.550 | 1.020 | 2.500 | 2.750 | 1.100 |"),
+            "{text}"
+        );
+        assert!(text.contains("| 2 (with first) |"), "{text}");
+        assert!(text.contains("| `--off-cpu` | +9.0 % (1.090;"), "{text}");
+        assert!(text.contains("**not met**"), "{text}");
+        for round in ["1", "all"] {
+            let row = format!(
+                "| {round} | {} | 2000 | 2.00 | 4.00 | 50.00 % |",
+                2 * ROUND_TRIPS
+            );
+            assert!(text.contains(&row), "{row} in {text}");
+        }
+    }
+}
