@@ -959,25 +959,13 @@ struct ProgStats {
 
 impl ProgStats {
     fn read(pid: i32) -> Result<Self> {
-        let fds = format!("/proc/{pid}/fd");
         let mut seen = Vec::new();
         let mut stats = Self {
             programs: 0,
             run_time_ns: 0,
             run_cnt: 0,
         };
-        for entry in fs::read_dir(&fds).with_context(|| format!("listing {fds}"))? {
-            let entry = entry?;
-            let is_prog = fs::read_link(entry.path())
-                .map(|target| target.as_os_str() == "anon_inode:bpf-prog")
-                .unwrap_or(false);
-            if !is_prog {
-                continue;
-            }
-            let path = format!("/proc/{pid}/fdinfo/{}", entry.file_name().to_string_lossy());
-            let Ok(info) = fs::read_to_string(&path) else {
-                continue; // closed meanwhile
-            };
+        for (path, info) in bpf_prog_fdinfos(pid)? {
             let field = |name: &str| fdinfo_field(&info, name);
             if field("prog_type") != Some(BPF_PROG_TYPE_PERF_EVENT) {
                 continue;
@@ -1000,6 +988,27 @@ impl ProgStats {
         }
         Ok(stats)
     }
+}
+
+/// `(fdinfo path, fdinfo text)` of every BPF program process `pid` holds.
+fn bpf_prog_fdinfos(pid: i32) -> Result<Vec<(String, String)>> {
+    let fds = format!("/proc/{pid}/fd");
+    let mut programs = Vec::new();
+    for entry in fs::read_dir(&fds).with_context(|| format!("listing {fds}"))? {
+        let entry = entry?;
+        let is_prog = fs::read_link(entry.path())
+            .map(|target| target.as_os_str() == "anon_inode:bpf-prog")
+            .unwrap_or(false);
+        if !is_prog {
+            continue;
+        }
+        let path = format!("/proc/{pid}/fdinfo/{}", entry.file_name().to_string_lossy());
+        // A program closed meanwhile is skipped.
+        if let Ok(info) = fs::read_to_string(&path) {
+            programs.push((path, info));
+        }
+    }
+    Ok(programs)
 }
 
 fn fdinfo_field(info: &str, name: &str) -> Option<u64> {

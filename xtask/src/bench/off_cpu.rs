@@ -29,8 +29,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, bench_unique, cpu_time, fdinfo_field,
-    interrupt, median, met, pause, progress, wait_for_quiet_host,
+    Bench, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, bench_unique, bpf_prog_fdinfos, cpu_time,
+    fdinfo_field, interrupt, median, met, pause, progress, wait_for_quiet_host,
 };
 use crate::{run_cmd, workspace_root};
 
@@ -451,19 +451,7 @@ impl Drop for Recorder {
 /// `(run_time_ns, run_cnt)` of the `sched_switch` tracepoint program that
 /// process `pid` holds.
 fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
-    let fds = format!("/proc/{pid}/fd");
-    for entry in fs::read_dir(&fds).with_context(|| format!("listing {fds}"))? {
-        let entry = entry?;
-        let is_prog = fs::read_link(entry.path())
-            .map(|target| target.as_os_str() == "anon_inode:bpf-prog")
-            .unwrap_or(false);
-        if !is_prog {
-            continue;
-        }
-        let path = format!("/proc/{pid}/fdinfo/{}", entry.file_name().to_string_lossy());
-        let Ok(info) = fs::read_to_string(&path) else {
-            continue; // closed meanwhile
-        };
+    for (path, info) in bpf_prog_fdinfos(pid)? {
         let field = |name: &str| fdinfo_field(&info, name);
         if field("prog_type") != Some(BPF_PROG_TYPE_TRACEPOINT) {
             continue;
