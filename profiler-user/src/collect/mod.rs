@@ -266,7 +266,8 @@ impl Collector {
                 source,
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
-        let renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
+        let mut renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
+        renames.watch_installed_jvms(&mut ebpf);
         let off_cpu = match config.off_cpu {
             Some(_) => Some(OffCpuRecorder::load(&mut ebpf, config.stack_depth)?),
             None => None,

@@ -213,6 +213,37 @@ impl RenameFeed {
         }
     }
 
+    /// Puts the uprobe on the JDKs installed on the host
+    /// (`/usr/lib/jvm/*/lib/server/libjvm.so` and JDK 8's
+    /// `jre/lib/amd64/server`), before any of their JVMs starts: uprobes sit
+    /// on the file, so a JVM started later has every rename seen from its
+    /// first thread on, names given at thread start included.
+    pub fn watch_installed_jvms(&mut self, ebpf: &mut Ebpf) {
+        if self.uprobe_off.is_some() {
+            return;
+        }
+        let Ok(jdks) = fs::read_dir("/usr/lib/jvm") else {
+            return;
+        };
+        for jdk in jdks.filter_map(Result::ok) {
+            for relative in ["lib/server/libjvm.so", "jre/lib/amd64/server/libjvm.so"] {
+                let path = jdk.path().join(relative);
+                // Through a symlinked JDK directory too, but each file once.
+                let Ok(meta) = fs::metadata(&path) else {
+                    continue;
+                };
+                let shown = path.display().to_string();
+                let attached = self
+                    .libjvms
+                    .entry((meta.dev(), meta.ino()))
+                    .or_insert_with(|| attach_uprobe(ebpf, &path, &shown));
+                if let Err(reason) = attached {
+                    debug!("installed JDK {shown}: {reason}");
+                }
+            }
+        }
+    }
+
     /// Stops watching an exited process.
     pub fn forget(&mut self, pid: u32) {
         if self.watched.remove(&pid) {
