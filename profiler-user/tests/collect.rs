@@ -16,6 +16,7 @@ use sparkprof::collect::{
     off_cpu::{OffCpuConfig, OffCpuState},
     thread_names::{NameFeed, RenameSource},
 };
+use sparkprof::enrich::Runtime;
 
 /// The tests here sample the host and count a busy child's CPU time: run
 /// them one at a time so one's JVM does not take the other's CPU.
@@ -134,11 +135,9 @@ fn renaming_jvm(seconds: u32) -> (Child, tempfile::TempDir) {
 }
 
 fn libjvm_of(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.ends_with("/libjvm.so"))
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    Runtime::from_maps(&maps)
+        .libjvm()
         .expect("the JVM maps libjvm.so")
         .to_owned()
 }

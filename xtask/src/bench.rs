@@ -311,21 +311,25 @@ fn command_line(options: &Options) -> String {
 /// Compiles `xtask/bench/workload.c` with frame pointers (like the programs
 /// sparkprof is meant for, so every profiler walks full user stacks).
 fn compile_workload(dir: &Path) -> Result<PathBuf> {
-    let source = workspace_root().join("xtask/bench/workload.c");
-    let binary = dir.join("workload");
+    compile_c("workload", dir, &["-pthread"]).context("compiling the benchmark workload")
+}
+
+/// Compiles `xtask/bench/<name>.c` into `dir` with `-O2` and frame pointers.
+pub(crate) fn compile_c(name: &str, dir: &Path, extra: &[&str]) -> Result<PathBuf> {
+    let source = workspace_root().join(format!("xtask/bench/{name}.c"));
+    let binary = dir.join(name);
     run_cmd(
         Command::new("cc")
             .args([
                 "-O2",
                 "-fno-omit-frame-pointer",
                 "-mno-omit-leaf-frame-pointer",
-                "-pthread",
-                "-o",
             ])
+            .args(extra)
+            .arg("-o")
             .arg(&binary)
             .arg(&source),
-    )
-    .context("compiling the benchmark workload")?;
+    )?;
     Ok(binary)
 }
 

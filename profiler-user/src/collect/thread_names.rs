@@ -183,14 +183,9 @@ impl RenameFeed {
         // Through the process's root: a containerized JVM's library is not
         // at that path in our mount namespace.
         let path = PathBuf::from(format!("/proc/{pid}/root{libjvm}"));
-        let attached = match (&self.uprobe_off, fs::metadata(&path)) {
-            (Some(off), _) => Err(off.clone()),
-            (None, Ok(meta)) => self
-                .libjvms
-                .entry((meta.dev(), meta.ino()))
-                .or_insert_with(|| attach_uprobe(ebpf, &path, libjvm))
-                .clone(),
-            (None, Err(err)) => Err(format!("cannot open {}: {err}", path.display())),
+        let attached = match &self.uprobe_off {
+            Some(off) => Err(off.clone()),
+            None => self.uprobe_on(ebpf, &path, libjvm),
         };
         match attached {
             Ok(()) => NameFeed::Uprobe,
@@ -228,20 +223,32 @@ impl RenameFeed {
         for jdk in jdks.filter_map(Result::ok) {
             for relative in ["lib/server/libjvm.so", "jre/lib/amd64/server/libjvm.so"] {
                 let path = jdk.path().join(relative);
-                // Through a symlinked JDK directory too, but each file once.
-                let Ok(meta) = fs::metadata(&path) else {
+                if !path.exists() {
                     continue;
-                };
+                }
                 let shown = path.display().to_string();
-                let attached = self
-                    .libjvms
-                    .entry((meta.dev(), meta.ino()))
-                    .or_insert_with(|| attach_uprobe(ebpf, &path, &shown));
-                if let Err(reason) = attached {
+                if let Err(reason) = self.uprobe_on(ebpf, &path, &shown) {
                     debug!("installed JDK {shown}: {reason}");
                 }
             }
         }
+    }
+
+    /// The uprobe on the libjvm.so at `path` (`shown` in messages), placed
+    /// once per file (device, inode): a symlinked JDK directory, or the same
+    /// library seen through several processes' roots, is one file.
+    fn uprobe_on(
+        &mut self,
+        ebpf: &mut Ebpf,
+        path: &std::path::Path,
+        shown: &str,
+    ) -> Result<(), String> {
+        let meta =
+            fs::metadata(path).map_err(|err| format!("cannot open {}: {err}", path.display()))?;
+        self.libjvms
+            .entry((meta.dev(), meta.ino()))
+            .or_insert_with(|| attach_uprobe(ebpf, path, shown))
+            .clone()
     }
 
     /// Stops watching an exited process.

@@ -4,6 +4,7 @@
 use std::{collections::HashMap, fmt::Write as _, fs, os::unix::fs::MetadataExt as _, path::Path};
 
 use super::{caps::Capabilities, sysctl};
+use crate::enrich::Runtime;
 
 /// A JVM found on the host, and whether its stacks can be walked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,9 +148,10 @@ pub fn jvms() -> Vec<JvmReport> {
         let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
             continue;
         };
-        if !maps.lines().any(|l| l.ends_with("/libjvm.so")) {
+        let runtime = Runtime::from_maps(&maps);
+        let Some(libjvm) = runtime.libjvm() else {
             continue;
-        }
+        };
         let args = read_nul_separated(&format!("/proc/{pid}/cmdline"));
         let env = read_nul_separated(&format!("/proc/{pid}/environ"));
         let fp_flag = "-XX:+PreserveFramePointer";
@@ -163,11 +165,6 @@ pub fn jvms() -> Vec<JvmReport> {
             .rev()
             .find(|a| a.ends_with("PreserveFramePointer") && a.starts_with("-XX:"))
             .map(|a| a == fp_flag);
-        let libjvm = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|path| path.ends_with("/libjvm.so"))
-            .unwrap_or_default();
         found.push(JvmReport {
             pid,
             main: java_main(&args),

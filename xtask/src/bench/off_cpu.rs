@@ -29,10 +29,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, bench_unique, bpf_prog_fdinfos, cpu_time,
-    fdinfo_field, interrupt, median, met, pause, progress, wait_for_quiet_host,
+    Bench, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, bench_unique, bpf_prog_fdinfos, compile_c,
+    cpu_time, fdinfo_field, interrupt, median, met, pause, progress, wait_for_quiet_host,
 };
-use crate::{run_cmd, workspace_root};
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
 pub const ROUND_TRIPS: u64 = 500_000;
@@ -136,7 +135,7 @@ pub fn measure(bench: &Bench, runs: usize) -> Result<OffCpuReport> {
         .context("installing the C compiler for the ping-pong workload")?;
     let dir = bench.scratch.join("offcpu");
     fs::create_dir_all(&dir)?;
-    let binary = compile_pingpong(&dir)?;
+    let binary = compile_c("pingpong", &dir, &[]).context("compiling the ping-pong workload")?;
     let harness = Harness {
         sparkprof: &bench.sparkprof,
         binary: &binary,
@@ -191,25 +190,6 @@ pub fn measure(bench: &Bench, runs: usize) -> Result<OffCpuReport> {
     }
     let kernel = harness.kernel_cost()?;
     Ok(OffCpuReport { modes, kernel })
-}
-
-/// Compiles `xtask/bench/pingpong.c` with frame pointers.
-fn compile_pingpong(dir: &Path) -> Result<PathBuf> {
-    let source = workspace_root().join("xtask/bench/pingpong.c");
-    let binary = dir.join("pingpong");
-    run_cmd(
-        Command::new("cc")
-            .args([
-                "-O2",
-                "-fno-omit-frame-pointer",
-                "-mno-omit-leaf-frame-pointer",
-                "-o",
-            ])
-            .arg(&binary)
-            .arg(&source),
-    )
-    .context("compiling the ping-pong workload")?;
-    Ok(binary)
 }
 
 struct Harness<'a> {
