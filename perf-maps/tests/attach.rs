@@ -303,8 +303,21 @@ fn dump_and_check_map(jvm: &TestJvm, expected_owner: u32) {
     }
 }
 
+/// The tests here each start JVMs and time their attach (one kills its JVM
+/// the moment the client's short-lived trigger file appears): run them one
+/// at a time, so that on a small host one test's JVMs do not starve
+/// another's watcher thread.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn perfmap_and_thread_print_as_root() {
+    let _serial = serial();
     let jvm = TestJvm::start(&[], &[], None);
     jvm.wait_ready();
     // SigCgt shows the handler a few ms before HotSpot's Signal Dispatcher
@@ -335,6 +348,7 @@ fn perfmap_and_thread_print_as_root() {
 
 #[test]
 fn attach_into_other_namespaces() {
+    let _serial = serial();
     let jvm = TestJvm::start_namespaced();
     jvm.wait_ready();
     let st = ProcStatus::read(jvm.pid()).unwrap();
@@ -358,6 +372,7 @@ fn attach_into_other_namespaces() {
 
 #[test]
 fn attach_as_non_root_user() {
+    let _serial = serial();
     // uid 65534 (`nobody`): the attach socket is 0600 nobody, so only a
     // child that really switched to nobody can talk to it (JDK 17 also
     // accepts root peers, JDK 8 does not).
@@ -390,6 +405,7 @@ fn wait_socket(j: &TestJvm) -> PathBuf {
 
 #[test]
 fn reduced_signals_jvm_is_refused_and_survives() {
+    let _serial = serial();
     // -Xrs: no SIGQUIT handler, so SIGQUIT would kill the JVM. HotSpot then
     // starts the attach listener at start-up instead, so attaching through
     // the existing socket is fine; but once the socket file is gone (e.g. a
@@ -430,6 +446,7 @@ fn reduced_signals_jvm_is_refused_and_survives() {
 
 #[test]
 fn jvm_exiting_during_attach_is_reported() {
+    let _serial = serial();
     let mut jvm = TestJvm::start(&[], &[], None);
     jvm.wait_ready();
     let pid = jvm.pid();
