@@ -78,32 +78,82 @@ pub struct RenameEvent {
 pub struct OffCpuKey {
     pub tgid: u32,
     pub tid: u32,
-    /// Stack ids in `OFFCPU_STACKS` (or a negative errno), taken as the
-    /// thread was switched out.
+    /// Where in the kernel it waited: key of `OFFCPU_KERNEL_STACKS` (a
+    /// hash of the frames, read as it came back), `0` for none.
+    pub kernel_stack: u64,
+    /// Where in its own code it waited: a stack id in `OFFCPU_STACKS` (or
+    /// a negative errno), taken as it left.
     pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    /// The thread's name epoch when it was switched out.
+    /// The thread's name epoch while it was away.
     pub name_epoch: u32,
-    /// `prev_state` of the sched_switch that switched it out (the kernel's
-    /// task-state report bits; `0` or bit 0x100 (preempted): runnable).
-    pub state: u32,
-    pub comm: [u8; COMM_LEN],
-}
-
-/// A thread switched out and not yet back on a CPU.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct OffCpuStart {
-    /// `bpf_ktime_get_ns` at switch-out.
-    pub ktime_ns: u64,
-    pub tgid: u32,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    pub name_epoch: u32,
+    /// How it was switched out, in the encoding of the sched_switch record's
+    /// `prev_state` (the kernel's task-state report bits: 0x1 sleeping, 0x2
+    /// uninterruptible, 0x80 idle; `0` or 0x100 (preempted): runnable).
     pub state: u32,
     pub comm: [u8; COMM_LEN],
     /// Keeps the size a multiple of 8.
     pub reserved: u32,
+}
+
+/// Frames of one kernel stack of an off-CPU thread, as
+/// `bpf_get_task_stack` wrote them; unused frames are zero.
+pub const OFFCPU_KERNEL_DEPTH: usize = 64;
+
+/// A kernel stack in `OFFCPU_KERNEL_STACKS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuKernelStack {
+    pub ips: [u64; OFFCPU_KERNEL_DEPTH],
+}
+
+/// Where a thread left its own code, and the user stack walked there.
+///
+/// Walking the user stack at every switch-out costs more than a short
+/// context switch itself, so a walk is kept with the registers it started
+/// from: a thread that leaves again from the same site within
+/// `OFFCPU_SITE_TTL_NS` reuses it. Registers do not tell apart two callers
+/// whose frames sit at the same addresses and reach the same instruction
+/// (checking the frame record would, but a user memory read per switch
+/// costs as much as the rest); the time limit bounds how long such a walk
+/// is reused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuSite {
+    /// User instruction, stack and frame pointers.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The system call it was in (`orig_ax`; -1 outside one).
+    pub syscall: u64,
+    pub reserved0: u64,
+    /// When the stack was walked; `0`: never.
+    pub walked_ns: u64,
+    /// The user stack, in `OFFCPU_STACKS` (or a negative errno).
+    pub stack_id: i32,
+    pub reserved1: u32,
+}
+
+/// Sites remembered per thread: a thread that is preempted on its way to
+/// a wait (a writer woken reader, for one) alternates between two.
+pub const OFFCPU_SITES: usize = 2;
+
+/// A thread of interest's entry in `OFFCPU_START`, keyed by its
+/// `task_struct` address (what the sched_switch tracepoint hands over for
+/// the thread coming back, without a read): whether it is away, since
+/// when, and the sites it last left from.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuStart {
+    /// `bpf_ktime_get_ns` at switch-out; `0`: no period open.
+    pub ktime_ns: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// How it left, in the sched_switch report encoding (see [`OffCpuKey::state`]).
+    pub state: u32,
+    /// Which of `sites` the open period left from.
+    pub site: u32,
+    pub sites: [OffCpuSite; OFFCPU_SITES],
+    pub comm: [u8; COMM_LEN],
 }
 
 /// Negative stack ids that the kernel returns from `bpf_get_stackid`.
@@ -141,12 +191,16 @@ pub mod stat {
     pub const OFFCPU_SHORT: u32 = 9;
     /// Off-CPU periods lost because the off-CPU count map was full.
     pub const OFFCPU_COUNT_MAP_FULL: u32 = 10;
-    /// Switch-outs not recorded because the start map was full.
-    pub const OFFCPU_START_MAP_FULL: u32 = 11;
+    /// Switch-outs not recorded because `OFFCPU_START` was full (more
+    /// threads of interest than it has entries).
+    pub const OFFCPU_THREADS_FULL: u32 = 11;
     /// Off-CPU stacks lost to collisions in `OFFCPU_STACKS`.
     pub const OFFCPU_STACKS_LOST: u32 = 12;
     /// Number of statistics.
-    pub const COUNT: u32 = 13;
+    /// Switch-outs whose user stack was walked (the others reused the walk
+    /// of their site).
+    pub const OFFCPU_USER_WALKS: u32 = 13;
+    pub const COUNT: u32 = 14;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -180,28 +234,29 @@ pub mod names {
     pub const TASK_RENAME_PID_OFFSET: &str = "TASK_RENAME_PID_OFFSET";
     /// Global `u32`: offset of `newcomm` in the task_rename record, from tracefs.
     pub const TASK_RENAME_NEWCOMM_OFFSET: &str = "TASK_RENAME_NEWCOMM_OFFSET";
-    /// The `sched:sched_switch` tracepoint program (off-CPU time).
+    /// The `sched_switch` BTF tracepoint program: threads of interest leave
+    /// and come back.
     pub const PROGRAM_SCHED_SWITCH: &str = "sched_switch";
     /// The `sched:sched_process_exit` program that forgets exited threads.
     pub const PROGRAM_PROCESS_EXIT: &str = "sched_process_exit";
     /// Off-CPU count maps (blocked nanoseconds), one per buffer.
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
-    /// Stack map of off-CPU stacks. Not double-buffered: a thread may stay
-    /// blocked across many drains, and its stack ids must stay valid until
-    /// it runs again.
+    /// Stack map of off-CPU stacks. Not double-buffered: ids are only
+    /// removed by userspace after the counts naming them are drained.
     pub const OFFCPU_STACKS: &str = "OFFCPU_STACKS";
-    /// `LruHashMap<u32 tid, OffCpuStart>`: threads switched out.
+    /// `HashMap<u64 task_struct address, OffCpuStart>`: threads of
+    /// interest that have left a CPU at least once; removed as they exit.
     pub const OFFCPU_START: &str = "OFFCPU_START";
-    /// `HashMap<u32 tgid, u8>`: processes whose off-CPU time is recorded.
-    pub const OFFCPU_TGIDS: &str = "OFFCPU_TGIDS";
+    /// `HashMap<u64, OffCpuKernelStack>`: kernel stacks of off-CPU periods.
+    pub const OFFCPU_KERNEL_STACKS: &str = "OFFCPU_KERNEL_STACKS";
+    /// `Array<u32>` indexed by `tgid & OFFCPU_SLOT_MASK`: the tgid whose
+    /// off-CPU time is recorded, `0` for none. An array, not a hash: it is
+    /// read at every context switch of the host.
+    pub const OFFCPU_WATCHED: &str = "OFFCPU_WATCHED";
+    /// Global `u32`: slots of `OFFCPU_WATCHED`, minus one (a power of two).
+    pub const OFFCPU_SLOT_MASK: &str = "OFFCPU_SLOT_MASK";
     /// Global `u64`: shorter off-CPU periods are not counted.
     pub const OFFCPU_MIN_BLOCK_NS: &str = "OFFCPU_MIN_BLOCK_NS";
-    /// Globals `u32`: field offsets in the sched_switch record, from tracefs.
-    pub const SCHED_SWITCH_PREV_PID_OFFSET: &str = "SCHED_SWITCH_PREV_PID_OFFSET";
-    pub const SCHED_SWITCH_PREV_STATE_OFFSET: &str = "SCHED_SWITCH_PREV_STATE_OFFSET";
-    pub const SCHED_SWITCH_NEXT_PID_OFFSET: &str = "SCHED_SWITCH_NEXT_PID_OFFSET";
-    /// Global `u32`: offset of `pid` in the sched_process_exit record.
-    pub const PROCESS_EXIT_PID_OFFSET: &str = "PROCESS_EXIT_PID_OFFSET";
     /// Every stack map, whose depth userspace sets per recording.
     pub const ALL_STACKS: [&str; 3] = ["STACKS_0", "STACKS_1", "OFFCPU_STACKS"];
 }
@@ -210,10 +265,15 @@ pub mod names {
 pub const DEFAULT_OFFCPU_COUNT_ENTRIES: u32 = 65_536;
 /// Default entries of the off-CPU stack map.
 pub const DEFAULT_OFFCPU_STACK_ENTRIES: u32 = 16_384;
-/// Threads that can be switched out at once and tracked.
-pub const OFFCPU_START_ENTRIES: u32 = 65_536;
-/// Processes whose off-CPU time can be recorded.
-pub const MAX_OFFCPU_TGIDS: u32 = 4_096;
+/// Most slots of `OFFCPU_WATCHED`: with a larger `pid_max`, process ids
+/// share slots modulo this.
+pub const MAX_OFFCPU_SLOTS: u32 = 1 << 18;
+/// Threads of interest `OFFCPU_START` can follow at once.
+pub const DEFAULT_OFFCPU_THREADS: u32 = 32_768;
+/// A site's walked user stack is reused for this long, then walked again.
+pub const OFFCPU_SITE_TTL_NS: u64 = 100_000_000;
+/// Entries of `OFFCPU_KERNEL_STACKS`.
+pub const OFFCPU_KERNEL_STACK_ENTRIES: u32 = 16_384;
 
 /// Entries of the thread-epoch map (least recently used are evicted).
 pub const THREAD_EPOCH_ENTRIES: u32 = 65_536;
@@ -237,8 +297,11 @@ mod user {
     // SAFETY: SampleKey is repr(C), Copy, has no padding (6 x u32 + [u8; 16]) and
     // every bit pattern is valid.
     unsafe impl aya::Pod for super::SampleKey {}
-    // SAFETY: repr(C), Copy, no padding (6 x u32 + [u8; 16]), any bits valid.
+    // SAFETY: repr(C), Copy, no padding (u64, 6 x u32, [u8; 16], u32 in
+    // 8-byte-aligned order), any bits valid.
     unsafe impl aya::Pod for super::OffCpuKey {}
+    // SAFETY: repr(C), an array of u64, any bits valid.
+    unsafe impl aya::Pod for super::OffCpuKernelStack {}
 }
 
 #[cfg(test)]
@@ -253,8 +316,12 @@ mod tests {
 
     #[test]
     fn off_cpu_records_have_no_padding() {
-        assert_eq!(core::mem::size_of::<OffCpuKey>(), 6 * 4 + COMM_LEN);
-        assert_eq!(core::mem::size_of::<OffCpuStart>(), 8 + 6 * 4 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<OffCpuKey>(), 8 + 6 * 4 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<OffCpuSite>(), 64);
+        assert_eq!(
+            core::mem::size_of::<OffCpuStart>(),
+            8 + 4 * 4 + 64 * OFFCPU_SITES + COMM_LEN
+        );
     }
 
     #[test]

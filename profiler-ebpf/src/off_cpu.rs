@@ -1,24 +1,35 @@
-//! Off-CPU time: where threads of interest wait, from `sched:sched_switch`
-//! (kprobes, and so `finish_task_switch`, are not available everywhere).
+//! Off-CPU time: where threads of interest wait, from the `sched_switch`
+//! BTF tracepoint (kprobes, and so `finish_task_switch`, are not available
+//! everywhere; fentry is refused on some kernels).
 //!
-//! At switch-out of a thread of interest (the tracepoint runs in its
-//! context, before the switch) its stacks, state and name epoch are kept in
-//! `OFFCPU_START`; at its next switch-in the time it was away is added to
-//! `(thread, stacks, epoch, state)` in the active `OFFCPU_COUNTS` buffer.
-//! Which processes are of interest and the shortest period counted are set
-//! by userspace; the cost for other processes is one hash lookup.
+//! The program runs on every context switch of the host, in the context of
+//! the thread leaving (`prev`), so its cost is kept to what each side needs:
+//! - `prev` of interest (its process is in `OFFCPU_WATCHED`): the time, how
+//!   it left, and its user stack go to its `OFFCPU_START` slot. The user
+//!   stack can only be read here, in its own context; walking it costs more
+//!   than a short context switch, so a walk is reused while the thread
+//!   leaves from the same site (see `OffCpuSite`).
+//! - `next` with an open slot: if it was away at least
+//!   `OFFCPU_MIN_BLOCK_NS`, its kernel stack (still the one it blocked in:
+//!   it has not run since) is read with `bpf_get_task_stack`, and the time
+//!   is added to `(thread, stacks, epoch, state)` in the active buffer.
+//!   Shorter periods cost one slot read.
 
 use aya_ebpf::{
-    EbpfContext, Global,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
-    macros::{map, tracepoint},
-    maps::{HashMap, LruHashMap, StackTrace},
-    programs::{TracePointContext, tracing::StackIdContext},
+    Global,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST, pt_regs, task_struct},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_current_task_btf, bpf_get_task_stack, bpf_ktime_get_ns, bpf_task_pt_regs,
+    },
+    macros::{btf_tracepoint, map, tracepoint},
+    maps::{Array, HashMap, PerCpuArray, StackTrace},
+    programs::{BtfTracePointContext, TracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
-    COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, MAX_OFFCPU_TGIDS,
-    OFFCPU_START_ENTRIES, OffCpuKey, OffCpuStart, stack_error, stat,
+    COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
+    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_STACK_ENTRIES, OFFCPU_SITE_TTL_NS,
+    OffCpuKernelStack, OffCpuKey, OffCpuSite, OffCpuStart, stack_error, stat,
 };
 
 use crate::{on_cpu::active_buffer, stats::count_stat, thread_names::thread_epoch};
@@ -26,20 +37,14 @@ use crate::{on_cpu::active_buffer, stats::count_stat, thread_names::thread_epoch
 #[unsafe(no_mangle)]
 static OFFCPU_MIN_BLOCK_NS: Global<u64> = Global::new(0);
 #[unsafe(no_mangle)]
-static SCHED_SWITCH_PREV_PID_OFFSET: Global<u32> = Global::new(24);
-#[unsafe(no_mangle)]
-static SCHED_SWITCH_PREV_STATE_OFFSET: Global<u32> = Global::new(32);
-#[unsafe(no_mangle)]
-static SCHED_SWITCH_NEXT_PID_OFFSET: Global<u32> = Global::new(56);
-#[unsafe(no_mangle)]
-static PROCESS_EXIT_PID_OFFSET: Global<u32> = Global::new(24);
+static OFFCPU_SLOT_MASK: Global<u32> = Global::new(MAX_OFFCPU_SLOTS - 1);
 
 #[map]
-static OFFCPU_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_OFFCPU_TGIDS, 0);
+static OFFCPU_WATCHED: Array<u32> = Array::with_max_entries(MAX_OFFCPU_SLOTS, 0);
 
 #[map]
-static OFFCPU_START: LruHashMap<u32, OffCpuStart> =
-    LruHashMap::with_max_entries(OFFCPU_START_ENTRIES, 0);
+static OFFCPU_START: HashMap<u64, OffCpuStart> =
+    HashMap::with_max_entries(DEFAULT_OFFCPU_THREADS, 0);
 
 #[map]
 static OFFCPU_COUNTS_0: HashMap<OffCpuKey, u64> =
@@ -51,65 +56,135 @@ static OFFCPU_COUNTS_1: HashMap<OffCpuKey, u64> =
 #[map]
 static OFFCPU_STACKS: StackTrace = StackTrace::with_max_entries(DEFAULT_OFFCPU_STACK_ENTRIES, 0);
 
-#[tracepoint]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
-    let now = unsafe { bpf_ktime_get_ns() };
-    let prev_pid = read_u32(&ctx, SCHED_SWITCH_PREV_PID_OFFSET.load());
-    let next_pid = read_u32(&ctx, SCHED_SWITCH_NEXT_PID_OFFSET.load());
-    if prev_pid != 0 {
-        switched_out(&ctx, prev_pid, now);
-    }
-    if next_pid != 0 {
-        switched_in(next_pid, now);
-    }
+#[map]
+static OFFCPU_KERNEL_STACKS: HashMap<u64, OffCpuKernelStack> =
+    HashMap::with_max_entries(OFFCPU_KERNEL_STACK_ENTRIES, 0);
+
+/// Scratch space for one kernel stack (too large for the BPF stack).
+#[map]
+static KERNEL_STACK_SCRATCH: PerCpuArray<OffCpuKernelStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// `prev_state` bits, as the kernel keeps them in `task_struct::__state`.
+const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+const TASK_NOLOAD: u32 = 0x400;
+/// What the sched_switch record reports for these (`TASK_REPORT_IDLE`,
+/// `TASK_REPORT_MAX`); `OffCpuKey::state` uses the record's encoding.
+const REPORT_IDLE: u32 = 0x80;
+const REPORT_PREEMPTED: u32 = 0x100;
+/// The state bits the record reports as they are (`TASK_REPORT` without
+/// the exit states).
+const REPORT_BITS: u32 = 0x7f;
+
+/// `sched_switch(bool preempt, task_struct *prev, task_struct *next,
+/// unsigned int prev_state)`, in the context of `prev`.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    switched_out(&ctx);
+    switched_in(&ctx);
     0
 }
 
-/// The current thread (`prev`) leaves the CPU: remember how and where.
+/// The current thread (`prev`) leaves the CPU: open its period.
 #[inline(always)]
-fn switched_out(ctx: &TracePointContext, tid: u32, now: u64) {
-    let tgid = ctx.tgid();
-    if unsafe { OFFCPU_TGIDS.get(&tgid) }.is_none() {
-        return;
+fn switched_out(ctx: &BtfTracePointContext) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    match OFFCPU_WATCHED.get(tgid & OFFCPU_SLOT_MASK.load()) {
+        Some(&watched) if watched == tgid && tid != 0 => {}
+        _ => return,
     }
-    count_stat(stat::OFFCPU_SWITCHES);
-    let state = unsafe { ctx.read_at::<i64>(SCHED_SWITCH_PREV_STATE_OFFSET.load() as usize) }
-        .unwrap_or(0) as u32;
-    let start = OffCpuStart {
-        ktime_ns: now,
-        tgid,
-        user_stack_id: stack_id(ctx, BPF_F_USER_STACK as u64),
-        kernel_stack_id: stack_id(ctx, 0),
-        name_epoch: thread_epoch(tid),
-        state,
-        comm: bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]),
-        reserved: 0,
+    let task = unsafe { bpf_get_current_task() };
+    let slot = match OFFCPU_START.get_ptr_mut(&task) {
+        Some(slot) => slot,
+        None => {
+            // The thread's first switch-out: its slot lives until it exits.
+            let empty: OffCpuStart = unsafe { core::mem::zeroed() };
+            if OFFCPU_START
+                .insert(&task, &empty, BPF_NOEXIST as u64)
+                .is_err()
+            {
+                count_stat(stat::OFFCPU_THREADS_FULL);
+                return;
+            }
+            match OFFCPU_START.get_ptr_mut(&task) {
+                Some(slot) => slot,
+                None => return,
+            }
+        }
     };
-    if OFFCPU_START.insert(&tid, &start, 0).is_err() {
-        count_stat(stat::OFFCPU_START_MAP_FULL);
-    }
+    let slot = unsafe { &mut *slot };
+    let now = unsafe { bpf_ktime_get_ns() };
+    let preempt: u64 = ctx.arg(0);
+    let prev_state: u64 = ctx.arg(3);
+    let (ip, sp, bp, syscall) = user_registers();
+    let fresh = |site: &OffCpuSite| {
+        site.walked_ns != 0
+            && now.wrapping_sub(site.walked_ns) < OFFCPU_SITE_TTL_NS
+            && site.ip == ip
+            && site.sp == sp
+            && site.bp == bp
+            && site.syscall == syscall
+    };
+    let index = if fresh(&slot.sites[0]) {
+        0
+    } else if fresh(&slot.sites[1]) {
+        1
+    } else {
+        // Walk, into the site used longest ago.
+        count_stat(stat::OFFCPU_USER_WALKS);
+        let older = usize::from(slot.sites[1].walked_ns < slot.sites[0].walked_ns);
+        slot.sites[older] = OffCpuSite {
+            ip,
+            sp,
+            bp,
+            syscall,
+            walked_ns: now,
+            stack_id: user_stack_id(ctx),
+            reserved0: 0,
+            reserved1: 0,
+        };
+        slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+        older
+    };
+    slot.site = index as u32;
+    slot.tid = tid;
+    slot.tgid = tgid;
+    slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
+    slot.ktime_ns = now;
+    count_stat(stat::OFFCPU_SWITCHES);
 }
 
 /// `next` gets the CPU back: count the time it was away.
 #[inline(always)]
-fn switched_in(tid: u32, now: u64) {
-    let Some(start) = (unsafe { OFFCPU_START.get(&tid) }).copied() else {
+fn switched_in(ctx: &BtfTracePointContext) {
+    // The typed `next` pointer is only compared, as a key: a slot exists
+    // only for threads of interest that left a CPU.
+    let next: u64 = ctx.arg(2);
+    let Some(slot) = OFFCPU_START.get_ptr_mut(&next) else {
         return;
     };
-    let _ = OFFCPU_START.remove(&tid);
-    let blocked = now.saturating_sub(start.ktime_ns);
+    let slot = unsafe { &mut *slot };
+    if slot.ktime_ns == 0 {
+        return;
+    }
+    let tid = slot.tid;
+    let blocked = unsafe { bpf_ktime_get_ns() }.saturating_sub(slot.ktime_ns);
+    slot.ktime_ns = 0;
     if blocked < OFFCPU_MIN_BLOCK_NS.load() {
         count_stat(stat::OFFCPU_SHORT);
         return;
     }
+    let next_task: *mut task_struct = ctx.arg(2);
     let key = OffCpuKey {
-        tgid: start.tgid,
+        tgid: slot.tgid,
         tid,
-        user_stack_id: start.user_stack_id,
-        kernel_stack_id: start.kernel_stack_id,
-        name_epoch: start.name_epoch,
-        state: start.state,
-        comm: start.comm,
+        kernel_stack: kernel_stack(next_task),
+        user_stack_id: slot.sites[(slot.site & 1) as usize].stack_id,
+        name_epoch: thread_epoch(tid),
+        state: slot.state,
+        comm: slot.comm,
+        reserved: 0,
     };
     let counts = if active_buffer() == 0 {
         &OFFCPU_COUNTS_0
@@ -125,9 +200,24 @@ fn switched_in(tid: u32, now: u64) {
     }
 }
 
+/// The current thread's user-mode instruction, stack and frame pointers
+/// and system call number (the registers saved on kernel entry): what
+/// tells its sites apart without reading its memory (a read of user
+/// memory costs more here than all the rest of a switch-out).
 #[inline(always)]
-fn stack_id(ctx: &TracePointContext, flags: u64) -> i32 {
-    match ctx.get_stackid(&OFFCPU_STACKS, flags) {
+fn user_registers() -> (u64, u64, u64, u64) {
+    unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        if regs.is_null() {
+            return (0, 0, 0, 0);
+        }
+        ((*regs).rip, (*regs).rsp, (*regs).rbp, (*regs).orig_rax)
+    }
+}
+
+#[inline(always)]
+fn user_stack_id(ctx: &BtfTracePointContext) -> i32 {
+    match ctx.get_stackid(&OFFCPU_STACKS, BPF_F_USER_STACK as u64) {
         Ok(id) => id as i32,
         Err(err) => {
             if err == stack_error::EEXIST {
@@ -138,15 +228,59 @@ fn stack_id(ctx: &TracePointContext, flags: u64) -> i32 {
     }
 }
 
+/// Reads `next`'s kernel stack and files it under a hash of its frames;
+/// returns the hash, `0` if there is none.
 #[inline(always)]
-fn read_u32(ctx: &TracePointContext, offset: u32) -> u32 {
-    unsafe { ctx.read_at::<i32>(offset as usize) }.unwrap_or(0) as u32
+fn kernel_stack(next: *mut task_struct) -> u64 {
+    let Some(scratch) = KERNEL_STACK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let scratch = unsafe { &mut *scratch };
+    let size = core::mem::size_of::<OffCpuKernelStack>() as u32;
+    let written = unsafe { bpf_get_task_stack(next, scratch.ips.as_mut_ptr().cast(), size, 0) };
+    if written <= 0 {
+        return 0;
+    }
+    let frames = (written as usize / 8).min(OFFCPU_KERNEL_DEPTH);
+    // FNV-1a over the frames; the tail beyond `frames` is cleared so equal
+    // stacks are equal values.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for index in 0..OFFCPU_KERNEL_DEPTH {
+        if index >= frames {
+            scratch.ips[index] = 0;
+        } else {
+            hash = (hash ^ scratch.ips[index]).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    let hash = hash.max(1);
+    if unsafe { OFFCPU_KERNEL_STACKS.get(&hash) }.is_none()
+        && OFFCPU_KERNEL_STACKS
+            .insert(&hash, scratch, BPF_NOEXIST as u64)
+            .is_err()
+    {
+        count_stat(stat::OFFCPU_STACKS_LOST);
+    }
+    hash
 }
 
-/// A thread exits: it will not be switched in again.
+/// The sched_switch record's `prev_state` for a raw `__state`.
+#[inline(always)]
+fn report_state(preempt: bool, state: u32) -> u32 {
+    if preempt {
+        REPORT_PREEMPTED
+    } else if state & (TASK_UNINTERRUPTIBLE | TASK_NOLOAD) == TASK_UNINTERRUPTIBLE | TASK_NOLOAD {
+        REPORT_IDLE
+    } else {
+        // Drops TASK_WAKEKILL (0x100, which the record uses for preempted),
+        // TASK_FREEZABLE and the like.
+        state & REPORT_BITS
+    }
+}
+
+/// A thread exits (the tracepoint runs in its context): free its slot.
 #[tracepoint]
-pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
-    let tid = read_u32(&ctx, PROCESS_EXIT_PID_OFFSET.load());
-    let _ = OFFCPU_START.remove(&tid);
+pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    let task = unsafe { bpf_get_current_task() };
+    let _ = OFFCPU_START.remove(&task);
     0
 }

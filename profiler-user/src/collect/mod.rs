@@ -167,8 +167,12 @@ pub struct KernelStats {
     pub offcpu_short: u64,
     /// Off-CPU periods lost to a full count map.
     pub offcpu_dropped_count_map_full: u64,
-    /// Switch-outs not tracked because too many threads were blocked.
-    pub offcpu_start_map_full: u64,
+    /// Switch-outs not recorded: more threads of interest than the
+    /// off-CPU thread table holds.
+    pub offcpu_threads_full: u64,
+    /// Switch-outs whose user stack was walked; the others reused their
+    /// site's last walk.
+    pub offcpu_user_walks: u64,
     /// Off-CPU stacks lost to stack-map collisions (the time still counts).
     pub offcpu_stacks_lost: u64,
 }
@@ -218,6 +222,8 @@ impl Collector {
             _ => {
                 // Not recording off-CPU time: keep its maps small.
                 loader.map_max_entries(names::OFFCPU_STACKS, 1);
+                loader.map_max_entries(names::OFFCPU_WATCHED, 1);
+                loader.map_max_entries(names::OFFCPU_KERNEL_STACKS, 1);
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, 1);
                 }
@@ -268,8 +274,12 @@ impl Collector {
         let stats = take_map(&mut ebpf, names::STATS)?;
         let mut renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
         renames.watch_installed_jvms(&mut ebpf);
-        let off_cpu = match config.off_cpu {
-            Some(_) => Some(OffCpuRecorder::load(&mut ebpf, config.stack_depth)?),
+        let off_cpu = match &sched_formats {
+            Some(formats) => Some(OffCpuRecorder::load(
+                &mut ebpf,
+                formats,
+                config.stack_depth,
+            )?),
             None => None,
         };
 
@@ -483,7 +493,8 @@ impl Collector {
             offcpu_switches: sum(stat::OFFCPU_SWITCHES),
             offcpu_short: sum(stat::OFFCPU_SHORT),
             offcpu_dropped_count_map_full: sum(stat::OFFCPU_COUNT_MAP_FULL),
-            offcpu_start_map_full: sum(stat::OFFCPU_START_MAP_FULL),
+            offcpu_threads_full: sum(stat::OFFCPU_THREADS_FULL),
+            offcpu_user_walks: sum(stat::OFFCPU_USER_WALKS),
             offcpu_stacks_lost: sum(stat::OFFCPU_STACKS_LOST),
         }
     }

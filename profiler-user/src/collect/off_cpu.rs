@@ -1,4 +1,5 @@
-//! Off-CPU time from the `sched:sched_switch` tracepoint.
+//! Off-CPU time from `sched_switch` (switch-out) and `finish_task_switch`
+//! (switch-in).
 //!
 //! The kernel side (profiler-ebpf `off_cpu.rs`) adds each blocked period of
 //! a thread of interest to (thread, stacks, name epoch, state) in the active
@@ -8,19 +9,18 @@
 //! valid until it runs again; a full map loses new stacks, counted), and
 //! the nanoseconds turned into microseconds.
 
-use std::{collections::HashMap as StdHashMap, collections::HashSet, time::Duration};
+use std::{collections::HashMap as StdHashMap, time::Duration};
 
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, StackTraceMap},
-    programs::TracePoint,
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, StackTraceMap},
+    programs::{BtfTracePoint, Program, ProgramError, TracePoint},
 };
-use profiler_common::{OffCpuKey, names};
-use tracing::debug;
+use profiler_common::{MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OffCpuKernelStack, OffCpuKey, names};
+use tracing::{debug, warn};
 
 use super::{
     CollectError, RawSample, RawStack, SampleKind, comm_to_string, stack_from_map, take_map,
-    tracefs::TracepointFormat,
 };
 
 /// What the off-CPU recorder counts.
@@ -81,100 +81,141 @@ impl OffCpuState {
     }
 }
 
-/// Field offsets of the two tracepoints, from tracefs.
+/// What the off-CPU program is told before it loads: the slots of the
+/// watched-process table (from `pid_max`) and the shortest period counted.
 #[derive(Debug, Clone, Copy)]
 pub struct SchedFormats {
-    prev_pid: u32,
-    prev_state: u32,
-    next_pid: u32,
-    exit_pid: u32,
+    slot_mask: u32,
     min_block_ns: u64,
 }
 
 impl SchedFormats {
-    /// Reads the record layouts; `min_block` is handed over with them.
+    /// Reads this kernel's `pid_max`; `min_block` is handed over with it.
     pub fn read(min_block: Duration) -> Result<Self, String> {
-        let switch = TracepointFormat::read("sched", "sched_switch")?;
-        let exit = TracepointFormat::read("sched", "sched_process_exit")?;
+        let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .map_err(|err| format!("/proc/sys/kernel/pid_max: {err}"))?;
+        let pid_max = pid_max
+            .trim()
+            .parse::<u32>()
+            .map_err(|err| format!("/proc/sys/kernel/pid_max: {err}"))?;
         Ok(Self {
-            prev_pid: switch.require("prev_pid", "sched_switch")?,
-            prev_state: switch.require("prev_state", "sched_switch")?,
-            next_pid: switch.require("next_pid", "sched_switch")?,
-            exit_pid: exit.require("pid", "sched_process_exit")?,
+            slot_mask: slots_for(pid_max) - 1,
             min_block_ns: min_block.as_nanos().min(u128::from(u64::MAX)) as u64,
         })
     }
 
-    /// Hands the offsets, and the shortest period counted, to the programs.
-    pub fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
-        loader.override_global(names::SCHED_SWITCH_PREV_PID_OFFSET, &self.prev_pid, true);
-        loader.override_global(
-            names::SCHED_SWITCH_PREV_STATE_OFFSET,
-            &self.prev_state,
-            true,
-        );
-        loader.override_global(names::SCHED_SWITCH_NEXT_PID_OFFSET, &self.next_pid, true);
-        loader.override_global(names::PROCESS_EXIT_PID_OFFSET, &self.exit_pid, true);
-        loader.override_global(names::OFFCPU_MIN_BLOCK_NS, &self.min_block_ns, true);
+    /// Slots of the watched-process table.
+    pub fn slots(&self) -> u32 {
+        self.slot_mask + 1
     }
+
+    /// Hands the slot count and the shortest period counted to the
+    /// program, and sizes the watched-process table.
+    pub fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader.override_global(names::OFFCPU_SLOT_MASK, &self.slot_mask, true);
+        loader.override_global(names::OFFCPU_MIN_BLOCK_NS, &self.min_block_ns, true);
+        loader.map_max_entries(names::OFFCPU_WATCHED, self.slots());
+    }
+}
+
+/// One slot per possible id up to [`MAX_OFFCPU_SLOTS`] (a power of two, so
+/// the kernel side indexes with a mask); larger ids share slots.
+fn slots_for(pid_max: u32) -> u32 {
+    pid_max.clamp(64, MAX_OFFCPU_SLOTS).next_power_of_two()
 }
 
 /// The attached off-CPU programs and their maps.
 pub struct OffCpuRecorder {
     counts: [HashMap<MapData, OffCpuKey, u64>; 2],
     stacks: StackTraceMap<MapData>,
-    tgids: HashMap<MapData, u32, u8>,
-    watched: HashSet<u32>,
-    /// Stacks read so far, by id: ids stay valid for the whole recording.
+    kernel_stacks: HashMap<MapData, u64, OffCpuKernelStack>,
+    watched_slots: Array<MapData, u32>,
+    /// Watched processes by slot.
+    watched: StdHashMap<u32, u32>,
+    slot_mask: u32,
+    /// Stacks read so far, by id (user) or hash (kernel): neither map is
+    /// cleared during a recording.
     stack_cache: StdHashMap<i32, RawStack>,
+    kernel_stack_cache: StdHashMap<u64, RawStack>,
     stack_depth: usize,
 }
 
 impl OffCpuRecorder {
-    /// Loads and attaches sched_switch and sched_process_exit.
-    pub fn load(ebpf: &mut Ebpf, stack_depth: u32) -> Result<Self, CollectError> {
-        for (name, event) in [
-            (names::PROGRAM_PROCESS_EXIT, "sched_process_exit"),
-            (names::PROGRAM_SCHED_SWITCH, "sched_switch"),
-        ] {
-            let program_error = |source| CollectError::Program { name, source };
-            let program: &mut TracePoint = ebpf
-                .program_mut(name)
-                .ok_or(CollectError::MissingProgram(name))?
-                .try_into()
-                .map_err(program_error)?;
-            program.load().map_err(program_error)?;
-            program.attach("sched", event).map_err(program_error)?;
-        }
+    /// Loads and attaches the two programs, the exit tracepoint first so no
+    /// slot outlives its thread.
+    pub fn load(
+        ebpf: &mut Ebpf,
+        formats: &SchedFormats,
+        stack_depth: u32,
+    ) -> Result<Self, CollectError> {
+        let program_error = |name| move |source| CollectError::Program { name, source };
+        let exit: &mut TracePoint = program(ebpf, names::PROGRAM_PROCESS_EXIT)?;
+        exit.load()
+            .map_err(program_error(names::PROGRAM_PROCESS_EXIT))?;
+        exit.attach("sched", "sched_process_exit")
+            .map_err(program_error(names::PROGRAM_PROCESS_EXIT))?;
+        let btf = Btf::from_sys_fs().map_err(|err| {
+            CollectError::OffCpuUnavailable(format!(
+                "the kernel's BTF (/sys/kernel/btf/vmlinux) could not be read: {err}; \
+                 off-CPU recording needs a kernel built with CONFIG_DEBUG_INFO_BTF"
+            ))
+        })?;
+        let switch: &mut BtfTracePoint = program(ebpf, names::PROGRAM_SCHED_SWITCH)?;
+        let unavailable = |err: ProgramError| {
+            CollectError::OffCpuUnavailable(format!(
+                "the sched_switch BTF tracepoint could not be attached: {err} \
+                 (it needs Linux 5.18 or newer, for sched_switch's prev_state argument)"
+            ))
+        };
+        switch.load("sched_switch", &btf).map_err(unavailable)?;
+        switch.attach().map_err(unavailable)?;
         Ok(Self {
             counts: [
                 take_map(ebpf, names::OFFCPU_COUNTS[0])?,
                 take_map(ebpf, names::OFFCPU_COUNTS[1])?,
             ],
             stacks: take_map(ebpf, names::OFFCPU_STACKS)?,
-            tgids: take_map(ebpf, names::OFFCPU_TGIDS)?,
-            watched: HashSet::new(),
+            kernel_stacks: take_map(ebpf, names::OFFCPU_KERNEL_STACKS)?,
+            watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
+            watched: StdHashMap::new(),
+            slot_mask: formats.slot_mask,
             stack_cache: StdHashMap::new(),
+            kernel_stack_cache: StdHashMap::new(),
             stack_depth: stack_depth as usize,
         })
     }
 
-    /// Records this process's off-CPU time from now on.
+    /// Records this process's off-CPU time from now on. With a `pid_max`
+    /// above [`MAX_OFFCPU_SLOTS`] two processes can share a slot; then the
+    /// one already watched keeps it, and this one is refused.
     pub fn watch(&mut self, pid: u32) -> Result<(), CollectError> {
-        if self.watched.insert(pid) {
-            self.tgids
-                .insert(&pid, &1u8, 0)
-                .map_err(|source| CollectError::Map {
-                    name: names::OFFCPU_TGIDS,
-                    source,
-                })?;
+        let slot = pid & self.slot_mask;
+        match self.watched.get(&slot) {
+            Some(&holder) if holder == pid => return Ok(()),
+            Some(&holder) => {
+                warn!(
+                    "off-CPU time of process {pid} is not recorded: it shares a slot with \
+                     process {holder} (kernel.pid_max above {MAX_OFFCPU_SLOTS})"
+                );
+                return Ok(());
+            }
+            None => {}
         }
+        self.watched_slots
+            .set(slot, &pid, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::OFFCPU_WATCHED,
+                source,
+            })?;
+        self.watched.insert(slot, pid);
         Ok(())
     }
 
     pub fn forget(&mut self, pid: u32) {
-        if self.watched.remove(&pid) {
-            let _ = self.tgids.remove(&pid);
+        let slot = pid & self.slot_mask;
+        if self.watched.get(&slot) == Some(&pid) {
+            self.watched.remove(&slot);
+            let _ = self.watched_slots.set(slot, &0, 0);
         }
     }
 
@@ -188,7 +229,7 @@ impl OffCpuRecorder {
         for (key, nanos) in &entries {
             let _ = self.counts[idle].remove(key);
             let user = self.stack(key.user_stack_id);
-            let kernel = self.stack(key.kernel_stack_id);
+            let kernel = self.kernel_stack(key.kernel_stack);
             samples.push(RawSample {
                 tgid: key.tgid,
                 tid: key.tid,
@@ -211,11 +252,62 @@ impl OffCpuRecorder {
             .or_insert_with(|| stack_from_map(stacks, id, depth))
             .clone()
     }
+
+    /// A kernel stack by the hash the program filed it under (`0`: none).
+    fn kernel_stack(&mut self, hash: u64) -> RawStack {
+        if hash == 0 {
+            return RawStack::Absent;
+        }
+        if let Some(stack) = self.kernel_stack_cache.get(&hash) {
+            return stack.clone();
+        }
+        let stack = match self.kernel_stacks.get(&hash, 0) {
+            Ok(stack) => {
+                let ips: Vec<u64> = stack
+                    .ips
+                    .iter()
+                    .copied()
+                    .take_while(|&ip| ip != 0)
+                    .collect();
+                let truncated = ips.len() >= OFFCPU_KERNEL_DEPTH.min(self.stack_depth);
+                if ips.is_empty() {
+                    RawStack::Absent
+                } else {
+                    RawStack::Frames { ips, truncated }
+                }
+            }
+            Err(err) => {
+                debug!(hash, "off-CPU kernel stack lookup failed: {err}");
+                RawStack::Lost(-libc::ENOENT)
+            }
+        };
+        self.kernel_stack_cache.insert(hash, stack.clone());
+        stack
+    }
+}
+
+/// The program `name` of `ebpf`, as its type.
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, CollectError>
+where
+    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(CollectError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| CollectError::Program { name, source })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_cover_pid_max_up_to_the_limit() {
+        assert_eq!(slots_for(32_768), 32_768);
+        assert_eq!(slots_for(4_194_304), MAX_OFFCPU_SLOTS);
+        assert_eq!(slots_for(100_000), 131_072);
+        assert_eq!(slots_for(1), 64);
+    }
 
     #[test]
     fn classifies_sched_switch_states() {

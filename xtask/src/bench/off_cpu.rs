@@ -37,8 +37,6 @@ use super::{
 pub const ROUND_TRIPS: u64 = 500_000;
 /// Ping-pong runs under `--off-cpu` with BPF statistics on.
 const KERNEL_ROUNDS: usize = 3;
-/// `prog_type` of BPF_PROG_TYPE_TRACEPOINT in `/proc/PID/fdinfo`.
-const BPF_PROG_TYPE_TRACEPOINT: u64 = 5;
 /// The off-CPU tracepoint program's name (`profiler_common::names`).
 const SCHED_SWITCH_PROGRAM: &str = "sched_switch";
 /// sparkprof's default `--min-block-us`, for the report.
@@ -433,9 +431,6 @@ impl Drop for Recorder {
 fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
     for (path, info) in bpf_prog_fdinfos(pid)? {
         let field = |name: &str| fdinfo_field(&info, name);
-        if field("prog_type") != Some(BPF_PROG_TYPE_TRACEPOINT) {
-            continue;
-        }
         let Some(id) = field("prog_id") else {
             continue;
         };
