@@ -81,9 +81,9 @@ pub struct OffCpuKey {
     /// Where in the kernel it waited: key of `OFFCPU_KERNEL_STACKS` (a
     /// hash of the frames, read as it came back), `0` for none.
     pub kernel_stack: u64,
-    /// Where in its own code it waited: a stack id in `OFFCPU_STACKS` (or
-    /// a negative errno), taken as it left.
-    pub user_stack_id: i32,
+    /// Where in its own code it waited: key of `OFFCPU_USER_STACKS` (a
+    /// hash of the frames, walked as it left), `0` for none.
+    pub user_stack: u64,
     /// The thread's name epoch while it was away.
     pub name_epoch: u32,
     /// How it was switched out, in the encoding of the sched_switch record's
@@ -91,8 +91,28 @@ pub struct OffCpuKey {
     /// uninterruptible, 0x80 idle; `0` or 0x100 (preempted): runnable).
     pub state: u32,
     pub comm: [u8; COMM_LEN],
-    /// Keeps the size a multiple of 8.
-    pub reserved: u32,
+}
+
+/// Frames of one user stack of an off-CPU thread.
+pub const OFFCPU_USER_DEPTH: usize = 126;
+
+/// A user stack in `OFFCPU_USER_STACKS`, leaf first.
+///
+/// Walked by the off-CPU program itself, by frame pointers, with one
+/// addition the kernel's walker lacks: when the frame pointer register
+/// holds no frame pointer (a C library wait such as
+/// `pthread_cond_timedwait` uses it as a general register) the walk
+/// starts from the first frame record found on the stack above the stack
+/// pointer, so the frames of the caller (a JVM's, with their Java frames)
+/// are not lost.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuUserStack {
+    /// Frames used in `ips`.
+    pub len: u32,
+    /// `1`: the frames after the leaf were found by that scan.
+    pub scanned: u32,
+    pub ips: [u64; OFFCPU_USER_DEPTH],
 }
 
 /// Frames of one kernel stack of an off-CPU thread, as
@@ -125,12 +145,10 @@ pub struct OffCpuSite {
     pub bp: u64,
     /// The system call it was in (`orig_ax`; -1 outside one).
     pub syscall: u64,
-    pub reserved0: u64,
     /// When the stack was walked; `0`: never.
     pub walked_ns: u64,
-    /// The user stack, in `OFFCPU_STACKS` (or a negative errno).
-    pub stack_id: i32,
-    pub reserved1: u32,
+    /// The user stack: its key in `OFFCPU_USER_STACKS`, `0` for none.
+    pub stack: u64,
 }
 
 /// Sites remembered per thread: a thread that is preempted on its way to
@@ -194,7 +212,8 @@ pub mod stat {
     /// Switch-outs not recorded because `OFFCPU_START` was full (more
     /// threads of interest than it has entries).
     pub const OFFCPU_THREADS_FULL: u32 = 11;
-    /// Off-CPU stacks lost to collisions in `OFFCPU_STACKS`.
+    /// Off-CPU stacks lost to full `OFFCPU_USER_STACKS` or
+    /// `OFFCPU_KERNEL_STACKS` maps (the time still counts).
     pub const OFFCPU_STACKS_LOST: u32 = 12;
     /// Number of statistics.
     /// Switch-outs whose user stack was walked (the others reused the walk
@@ -241,9 +260,9 @@ pub mod names {
     pub const PROGRAM_PROCESS_EXIT: &str = "sched_process_exit";
     /// Off-CPU count maps (blocked nanoseconds), one per buffer.
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
-    /// Stack map of off-CPU stacks. Not double-buffered: ids are only
-    /// removed by userspace after the counts naming them are drained.
-    pub const OFFCPU_STACKS: &str = "OFFCPU_STACKS";
+    /// `HashMap<u64, OffCpuUserStack>`: user stacks of off-CPU periods,
+    /// by a hash of their frames; kept for the whole recording.
+    pub const OFFCPU_USER_STACKS: &str = "OFFCPU_USER_STACKS";
     /// `HashMap<u64 task_struct address, OffCpuStart>`: threads of
     /// interest that have left a CPU at least once; removed as they exit.
     pub const OFFCPU_START: &str = "OFFCPU_START";
@@ -258,13 +277,13 @@ pub mod names {
     /// Global `u64`: shorter off-CPU periods are not counted.
     pub const OFFCPU_MIN_BLOCK_NS: &str = "OFFCPU_MIN_BLOCK_NS";
     /// Every stack map, whose depth userspace sets per recording.
-    pub const ALL_STACKS: [&str; 3] = ["STACKS_0", "STACKS_1", "OFFCPU_STACKS"];
+    pub const ALL_STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 }
 
 /// Default entries of each off-CPU count map.
 pub const DEFAULT_OFFCPU_COUNT_ENTRIES: u32 = 65_536;
 /// Default entries of the off-CPU stack map.
-pub const DEFAULT_OFFCPU_STACK_ENTRIES: u32 = 16_384;
+pub const DEFAULT_OFFCPU_STACK_ENTRIES: u32 = 8_192;
 /// Most slots of `OFFCPU_WATCHED`: with a larger `pid_max`, process ids
 /// share slots modulo this.
 pub const MAX_OFFCPU_SLOTS: u32 = 1 << 18;
@@ -297,11 +316,13 @@ mod user {
     // SAFETY: SampleKey is repr(C), Copy, has no padding (6 x u32 + [u8; 16]) and
     // every bit pattern is valid.
     unsafe impl aya::Pod for super::SampleKey {}
-    // SAFETY: repr(C), Copy, no padding (u64, 6 x u32, [u8; 16], u32 in
-    // 8-byte-aligned order), any bits valid.
+    // SAFETY: repr(C), Copy, no padding (2 x u32, 2 x u64, 2 x u32,
+    // [u8; 16]), any bits valid.
     unsafe impl aya::Pod for super::OffCpuKey {}
     // SAFETY: repr(C), an array of u64, any bits valid.
     unsafe impl aya::Pod for super::OffCpuKernelStack {}
+    // SAFETY: repr(C), two u32 then u64s, no padding, any bits valid.
+    unsafe impl aya::Pod for super::OffCpuUserStack {}
 }
 
 #[cfg(test)]
@@ -316,11 +337,12 @@ mod tests {
 
     #[test]
     fn off_cpu_records_have_no_padding() {
-        assert_eq!(core::mem::size_of::<OffCpuKey>(), 8 + 6 * 4 + COMM_LEN);
-        assert_eq!(core::mem::size_of::<OffCpuSite>(), 64);
+        assert_eq!(core::mem::size_of::<OffCpuKey>(), 2 * 8 + 4 * 4 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<OffCpuUserStack>(), 1016);
+        assert_eq!(core::mem::size_of::<OffCpuSite>(), 48);
         assert_eq!(
             core::mem::size_of::<OffCpuStart>(),
-            8 + 4 * 4 + 64 * OFFCPU_SITES + COMM_LEN
+            8 + 4 * 4 + 48 * OFFCPU_SITES + COMM_LEN
         );
     }
 

@@ -17,19 +17,21 @@
 
 use aya_ebpf::{
     Global,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST, pt_regs, task_struct},
+    bindings::{BPF_NOEXIST, pt_regs, task_struct},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_get_current_task_btf, bpf_get_task_stack, bpf_ktime_get_ns, bpf_task_pt_regs,
+        bpf_get_current_task_btf, bpf_get_task_stack, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_buf, bpf_task_pt_regs,
     },
     macros::{btf_tracepoint, map, tracepoint},
-    maps::{Array, HashMap, PerCpuArray, StackTrace},
-    programs::{BtfTracePointContext, TracePointContext, tracing::StackIdContext},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_STACK_ENTRIES, OFFCPU_SITE_TTL_NS,
-    OffCpuKernelStack, OffCpuKey, OffCpuSite, OffCpuStart, stack_error, stat,
+    OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey, OffCpuSite, OffCpuStart, OffCpuUserStack,
+    stat,
 };
 
 use crate::{on_cpu::active_buffer, stats::count_stat, thread_names::thread_epoch};
@@ -54,7 +56,15 @@ static OFFCPU_COUNTS_1: HashMap<OffCpuKey, u64> =
     HashMap::with_max_entries(DEFAULT_OFFCPU_COUNT_ENTRIES, 0);
 
 #[map]
-static OFFCPU_STACKS: StackTrace = StackTrace::with_max_entries(DEFAULT_OFFCPU_STACK_ENTRIES, 0);
+static OFFCPU_USER_STACKS: HashMap<u64, OffCpuUserStack> =
+    HashMap::with_max_entries(DEFAULT_OFFCPU_STACK_ENTRIES, 0);
+
+/// Scratch space for one user stack, and for the words scanned above a
+/// stack pointer (both too large for the BPF stack).
+#[map]
+static USER_STACK_SCRATCH: PerCpuArray<OffCpuUserStack> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static SCAN_SCRATCH: PerCpuArray<[u64; SCAN_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static OFFCPU_KERNEL_STACKS: HashMap<u64, OffCpuKernelStack> =
@@ -63,6 +73,15 @@ static OFFCPU_KERNEL_STACKS: HashMap<u64, OffCpuKernelStack> =
 /// Scratch space for one kernel stack (too large for the BPF stack).
 #[map]
 static KERNEL_STACK_SCRATCH: PerCpuArray<OffCpuKernelStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Words above the stack pointer searched for a frame record.
+const SCAN_WORDS: usize = 64;
+/// A frame pointer further than this above the stack pointer is not one.
+const MAX_FRAME_DISTANCE: u64 = 8 << 20;
+/// The end of x86-64 user space (47-bit addresses).
+const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// `prev_state` bits, as the kernel keeps them in `task_struct::__state`.
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -140,9 +159,7 @@ fn switched_out(ctx: &BtfTracePointContext) {
             bp,
             syscall,
             walked_ns: now,
-            stack_id: user_stack_id(ctx),
-            reserved0: 0,
-            reserved1: 0,
+            stack: user_stack(ip, sp, bp),
         };
         slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
         older
@@ -180,11 +197,10 @@ fn switched_in(ctx: &BtfTracePointContext) {
         tgid: slot.tgid,
         tid,
         kernel_stack: kernel_stack(next_task),
-        user_stack_id: slot.sites[(slot.site & 1) as usize].stack_id,
+        user_stack: slot.sites[(slot.site & 1) as usize].stack,
         name_epoch: thread_epoch(tid),
         state: slot.state,
         comm: slot.comm,
-        reserved: 0,
     };
     let counts = if active_buffer() == 0 {
         &OFFCPU_COUNTS_0
@@ -215,17 +231,126 @@ fn user_registers() -> (u64, u64, u64, u64) {
     }
 }
 
+/// Walks the current thread's user stack from its saved registers and
+/// files it under a hash of its frames; returns the hash, `0` for none.
+///
+/// A frame-pointer walk, as the kernel's, except where it starts: if `bp`
+/// is not a frame pointer into this stack, the first frame record on the
+/// stack above `sp` is used instead (see `OffCpuUserStack`).
 #[inline(always)]
-fn user_stack_id(ctx: &BtfTracePointContext) -> i32 {
-    match ctx.get_stackid(&OFFCPU_STACKS, BPF_F_USER_STACK as u64) {
-        Ok(id) => id as i32,
-        Err(err) => {
-            if err == stack_error::EEXIST {
-                count_stat(stat::OFFCPU_STACKS_LOST);
-            }
-            err
+fn user_stack(ip: u64, sp: u64, bp: u64) -> u64 {
+    if ip == 0 || sp == 0 {
+        return 0;
+    }
+    let Some(stack) = USER_STACK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let stack = unsafe { &mut *stack };
+    stack.ips[0] = ip;
+    stack.scanned = 0;
+    let mut frame = bp;
+    if !is_frame_record(sp, frame) {
+        frame = scan_for_frame_record(sp);
+        stack.scanned = u32::from(frame != 0);
+    }
+    let mut len = 1;
+    for index in 1..OFFCPU_USER_DEPTH {
+        if frame == 0 {
+            break;
+        }
+        let Ok([caller_frame, return_address]) =
+            (unsafe { bpf_probe_read_user(frame as *const [u64; 2]) })
+        else {
+            break;
+        };
+        if !is_user_text(return_address) {
+            break;
+        }
+        stack.ips[index] = return_address;
+        len = index + 1;
+        // Frames grow towards higher addresses: anything else ends the walk.
+        frame = if is_frame_record(frame + 16, caller_frame) {
+            caller_frame
+        } else {
+            0
+        };
+    }
+    stack.len = len as u32;
+    let mut hash: u64 = FNV_OFFSET ^ u64::from(stack.scanned);
+    for index in 0..OFFCPU_USER_DEPTH {
+        if index >= len {
+            stack.ips[index] = 0;
+        } else {
+            hash = (hash ^ stack.ips[index]).wrapping_mul(FNV_PRIME);
         }
     }
+    store_stack(&OFFCPU_USER_STACKS, hash.max(1), stack)
+}
+
+/// Could `frame` be a frame record of this stack, above `below`?
+#[inline(always)]
+fn is_frame_record(below: u64, frame: u64) -> bool {
+    frame >= below && frame - below < MAX_FRAME_DISTANCE && frame & 7 == 0
+}
+
+/// A return address must point into user space, above the zero page.
+#[inline(always)]
+fn is_user_text(address: u64) -> bool {
+    (0x1000..USER_SPACE_END).contains(&address)
+}
+
+/// The address of the first frame record in the words above `sp`: a word
+/// pointing further up this stack, followed by a plausible return address,
+/// where the record it points to is plausible too (two checks, so a stray
+/// stack address in a local variable is not taken for one). `0`: none.
+#[inline(always)]
+fn scan_for_frame_record(sp: u64) -> u64 {
+    let Some(window) = SCAN_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let window = unsafe { &mut *window };
+    if unsafe {
+        bpf_probe_read_user_buf(
+            sp as *const u8,
+            core::slice::from_raw_parts_mut(window.as_mut_ptr().cast(), SCAN_WORDS * 8),
+        )
+    }
+    .is_err()
+    {
+        return 0;
+    }
+    for index in 0..SCAN_WORDS - 1 {
+        let at = sp + 8 * index as u64;
+        let (candidate, return_address) = (window[index], window[index + 1]);
+        if !is_frame_record(at + 16, candidate) || !is_user_text(return_address) {
+            continue;
+        }
+        let Ok([next_frame, next_return]) =
+            (unsafe { bpf_probe_read_user(candidate as *const [u64; 2]) })
+        else {
+            continue;
+        };
+        if is_user_text(next_return)
+            && (next_frame == 0 || is_frame_record(candidate + 16, next_frame))
+        {
+            return at;
+        }
+    }
+    0
+}
+
+/// Files `value` under `hash` unless a stack is there already; returns
+/// the hash (`0` if it could not be stored).
+#[inline(always)]
+fn store_stack<V>(map: &HashMap<u64, V>, hash: u64, value: &V) -> u64 {
+    if unsafe { map.get(&hash) }.is_some() {
+        return hash;
+    }
+    if map.insert(&hash, value, BPF_NOEXIST as u64).is_err() {
+        count_stat(stat::OFFCPU_STACKS_LOST);
+        return 0;
+    }
+    hash
 }
 
 /// Reads `next`'s kernel stack and files it under a hash of its frames;
@@ -244,23 +369,15 @@ fn kernel_stack(next: *mut task_struct) -> u64 {
     let frames = (written as usize / 8).min(OFFCPU_KERNEL_DEPTH);
     // FNV-1a over the frames; the tail beyond `frames` is cleared so equal
     // stacks are equal values.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash: u64 = FNV_OFFSET;
     for index in 0..OFFCPU_KERNEL_DEPTH {
         if index >= frames {
             scratch.ips[index] = 0;
         } else {
-            hash = (hash ^ scratch.ips[index]).wrapping_mul(0x0000_0100_0000_01b3);
+            hash = (hash ^ scratch.ips[index]).wrapping_mul(FNV_PRIME);
         }
     }
-    let hash = hash.max(1);
-    if unsafe { OFFCPU_KERNEL_STACKS.get(&hash) }.is_none()
-        && OFFCPU_KERNEL_STACKS
-            .insert(&hash, scratch, BPF_NOEXIST as u64)
-            .is_err()
-    {
-        count_stat(stat::OFFCPU_STACKS_LOST);
-    }
-    hash
+    store_stack(&OFFCPU_KERNEL_STACKS, hash.max(1), scratch)
 }
 
 /// The sched_switch record's `prev_state` for a raw `__state`.

@@ -214,14 +214,14 @@ impl Collector {
         match (&config.off_cpu, &sched_formats) {
             (Some(off_cpu), Some(formats)) => {
                 formats.configure(&mut loader);
-                loader.map_max_entries(names::OFFCPU_STACKS, off_cpu.stack_map_entries);
+                loader.map_max_entries(names::OFFCPU_USER_STACKS, off_cpu.stack_map_entries);
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, off_cpu.count_map_entries);
                 }
             }
             _ => {
                 // Not recording off-CPU time: keep its maps small.
-                loader.map_max_entries(names::OFFCPU_STACKS, 1);
+                loader.map_max_entries(names::OFFCPU_USER_STACKS, 1);
                 loader.map_max_entries(names::OFFCPU_WATCHED, 1);
                 loader.map_max_entries(names::OFFCPU_KERNEL_STACKS, 1);
                 for name in names::OFFCPU_COUNTS {

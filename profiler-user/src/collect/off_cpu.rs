@@ -13,15 +13,16 @@ use std::{collections::HashMap as StdHashMap, time::Duration};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, StackTraceMap},
+    maps::{Array, HashMap, MapData},
     programs::{BtfTracePoint, Program, ProgramError, TracePoint},
 };
-use profiler_common::{MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OffCpuKernelStack, OffCpuKey, names};
+use profiler_common::{
+    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey,
+    OffCpuUserStack, names,
+};
 use tracing::{debug, warn};
 
-use super::{
-    CollectError, RawSample, RawStack, SampleKind, comm_to_string, stack_from_map, take_map,
-};
+use super::{CollectError, RawSample, RawStack, SampleKind, comm_to_string, take_map};
 
 /// What the off-CPU recorder counts.
 #[derive(Clone, Debug)]
@@ -127,7 +128,7 @@ fn slots_for(pid_max: u32) -> u32 {
 /// The attached off-CPU programs and their maps.
 pub struct OffCpuRecorder {
     counts: [HashMap<MapData, OffCpuKey, u64>; 2],
-    stacks: StackTraceMap<MapData>,
+    user_stacks: HashMap<MapData, u64, OffCpuUserStack>,
     kernel_stacks: HashMap<MapData, u64, OffCpuKernelStack>,
     watched_slots: Array<MapData, u32>,
     /// Watched processes by slot.
@@ -135,7 +136,7 @@ pub struct OffCpuRecorder {
     slot_mask: u32,
     /// Stacks read so far, by id (user) or hash (kernel): neither map is
     /// cleared during a recording.
-    stack_cache: StdHashMap<i32, RawStack>,
+    stack_cache: StdHashMap<u64, RawStack>,
     kernel_stack_cache: StdHashMap<u64, RawStack>,
     stack_depth: usize,
 }
@@ -174,7 +175,7 @@ impl OffCpuRecorder {
                 take_map(ebpf, names::OFFCPU_COUNTS[0])?,
                 take_map(ebpf, names::OFFCPU_COUNTS[1])?,
             ],
-            stacks: take_map(ebpf, names::OFFCPU_STACKS)?,
+            user_stacks: take_map(ebpf, names::OFFCPU_USER_STACKS)?,
             kernel_stacks: take_map(ebpf, names::OFFCPU_KERNEL_STACKS)?,
             watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
             watched: StdHashMap::new(),
@@ -228,7 +229,7 @@ impl OffCpuRecorder {
         let mut samples = Vec::with_capacity(entries.len());
         for (key, nanos) in &entries {
             let _ = self.counts[idle].remove(key);
-            let user = self.stack(key.user_stack_id);
+            let user = self.user_stack(key.user_stack);
             let kernel = self.kernel_stack(key.kernel_stack);
             samples.push(RawSample {
                 tgid: key.tgid,
@@ -245,12 +246,26 @@ impl OffCpuRecorder {
         samples
     }
 
-    fn stack(&mut self, id: i32) -> RawStack {
-        let (stacks, depth) = (&self.stacks, self.stack_depth);
-        self.stack_cache
-            .entry(id)
-            .or_insert_with(|| stack_from_map(stacks, id, depth))
-            .clone()
+    /// A user stack by the hash the program filed it under (`0`: none).
+    fn user_stack(&mut self, hash: u64) -> RawStack {
+        if hash == 0 {
+            return RawStack::Absent;
+        }
+        if let Some(stack) = self.stack_cache.get(&hash) {
+            return stack.clone();
+        }
+        let stack = match self.user_stacks.get(&hash, 0) {
+            Ok(stack) => {
+                let len = (stack.len as usize).min(OFFCPU_USER_DEPTH);
+                frames(&stack.ips[..len], OFFCPU_USER_DEPTH, self.stack_depth)
+            }
+            Err(err) => {
+                debug!(hash, "off-CPU user stack lookup failed: {err}");
+                RawStack::Lost(-libc::ENOENT)
+            }
+        };
+        self.stack_cache.insert(hash, stack.clone());
+        stack
     }
 
     /// A kernel stack by the hash the program filed it under (`0`: none).
@@ -283,6 +298,19 @@ impl OffCpuRecorder {
         };
         self.kernel_stack_cache.insert(hash, stack.clone());
         stack
+    }
+}
+
+/// The frames of a stack (leaf first), cut to `depth`; truncated when the
+/// program's buffer (`capacity` frames) or `depth` was full.
+fn frames(ips: &[u64], capacity: usize, depth: usize) -> RawStack {
+    if ips.is_empty() {
+        return RawStack::Absent;
+    }
+    let kept = ips.len().min(depth);
+    RawStack::Frames {
+        ips: ips[..kept].to_vec(),
+        truncated: kept < ips.len() || ips.len() >= capacity,
     }
 }
 
