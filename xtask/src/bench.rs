@@ -21,8 +21,10 @@
 //!    runtime without and with sparkprof, interleaved; stage attribution of
 //!    a fake executor; what a thread dump's safepoints cost the JVM.
 //! 6. Off-CPU time (sparkprof alone, see [`off_cpu`]): a pipe ping-pong's
-//!    runtime without and with sparkprof, on-CPU only and with `--off-cpu`,
-//!    interleaved; sparkprof's CPU; in-kernel ns per `sched_switch` run.
+//!    runtime without and with an empty program on `sched_switch` (the
+//!    floor) and sparkprof on-CPU only, `--off-cpu` recording others and
+//!    `--off-cpu` recording it, interleaved; sparkprof's CPU; in-kernel ns
+//!    per `sched_switch` run; the Spark job without and with `--off-cpu`.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
 //! `cost`, `jit`, `spark`, `offcpu`). Everything the profilers write goes to a scratch
@@ -53,7 +55,7 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
   N: interleaved pairs per profiler (default 5), and Spark job pairs (default 3)
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
-           offcpu (pipe ping-pong with and without --off-cpu); default: all";
+           offcpu (pipe ping-pong and the Spark job with and without --off-cpu); default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
 const DEFAULT_RUNS: usize = 5;
@@ -212,7 +214,7 @@ pub fn run(args: &[String]) -> Result<()> {
         false => None,
     };
     let off_cpu = match wants(Section::OffCpu) {
-        true => Some(off_cpu::measure(&bench, runs)?),
+        true => Some(off_cpu::measure(&bench, runs, spark_pairs)?),
         false => None,
     };
     let report = Report {
@@ -552,6 +554,8 @@ impl Bench {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tool {
     Sparkprof,
+    /// `sparkprof record --off-cpu`.
+    SparkprofOffCpu,
     Perf,
     Bpftrace,
 }
@@ -567,6 +571,7 @@ impl std::fmt::Display for Profiler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self.tool {
             Tool::Sparkprof => "sparkprof",
+            Tool::SparkprofOffCpu => "sparkprof --off-cpu",
             Tool::Perf => "perf record",
             Tool::Bpftrace => "bpftrace",
         };
@@ -598,10 +603,14 @@ impl Profiler {
         let hz = self.hz.to_string();
         let log = dir.join("log");
         match self.tool {
-            Tool::Sparkprof => {
+            Tool::Sparkprof | Tool::SparkprofOffCpu => {
                 let mut command = Command::new(sparkprof);
+                command.args(["record", "--frequency", &hz]);
+                if self.tool == Tool::SparkprofOffCpu {
+                    command.arg("--off-cpu");
+                }
                 command
-                    .args(["record", "--frequency", &hz, "--output"])
+                    .arg("--output")
                     .arg(dir.join("profiles"))
                     .env("NO_COLOR", "1");
                 Launch {

@@ -16,6 +16,14 @@
 //! 3. The in-kernel cost per `sched_switch` invocation: `run_time_ns /
 //!    run_cnt` of that tracepoint program from `/proc/PID/fdinfo` with
 //!    `kernel.bpf_stats_enabled` on, over ping-pong runs under `--off-cpu`.
+//! 4. The Spark job of section 5 without and with `sparkprof record
+//!    --off-cpu`, in interleaved pairs.
+//!
+//! Besides on-CPU only, two more "with" rows frame the ping-pong figure: an
+//! empty BPF program on the same tracepoint (attached by this bench, no
+//! sparkprof): the floor under any profiler built on sched_switch, and
+//! `--off-cpu` recording another process: what every process on the host
+//! pays.
 
 use std::{
     fs,
@@ -29,8 +37,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, bench_unique, bpf_prog_fdinfos, compile_c,
-    cpu_time, fdinfo_field, interrupt, median, met, pause, progress, wait_for_quiet_host,
+    Bench, Profiler, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, Tool, bench_unique,
+    bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interrupt, median, met, pause, progress,
+    wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -39,34 +48,50 @@ pub const ROUND_TRIPS: u64 = 500_000;
 const KERNEL_ROUNDS: usize = 3;
 /// The off-CPU tracepoint program's name (`profiler_common::names`).
 const SCHED_SWITCH_PROGRAM: &str = "sched_switch";
+/// sparkprof's sampling rate beside the Spark job (section 5's).
+const SPARK_HZ: u32 = 99;
 /// sparkprof's default `--min-block-us`, for the report.
 const MIN_BLOCK_US: u64 = 100;
 /// Targets (issue 5, see BENCHMARKS.md).
 pub const TARGET_SLOWDOWN_PERCENT: f64 = 5.0;
 pub const TARGET_SPARK_SLOWDOWN_PERCENT: f64 = 1.0;
 
-/// How sparkprof records the ping-pong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What runs beside the ping-pong in a "with" run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// On-CPU sampling only (the default 99 Hz): the reference row.
+    /// No sparkprof: an empty BPF program on the `sched_switch` raw
+    /// tracepoint, attached by this bench. The floor under any off-CPU
+    /// profiler built on that tracepoint.
+    EmptyProgram,
+    /// sparkprof, on-CPU sampling only (the default 99 Hz): the reference row.
     OnCpu,
-    /// With `--off-cpu`.
+    /// sparkprof `--off-cpu`, recording some other process: the cost every
+    /// process on the host pays.
+    OffCpuOthers,
+    /// sparkprof `--off-cpu`, recording the ping-pong itself: the worst case.
     OffCpu,
 }
 
 impl Mode {
-    const ALL: [Mode; 2] = [Mode::OnCpu, Mode::OffCpu];
+    const ALL: [Mode; 4] = [
+        Mode::EmptyProgram,
+        Mode::OnCpu,
+        Mode::OffCpuOthers,
+        Mode::OffCpu,
+    ];
 
     fn args(self) -> &'static [&'static str] {
         match self {
-            Mode::OnCpu => &[],
-            Mode::OffCpu => &["--off-cpu"],
+            Mode::EmptyProgram | Mode::OnCpu => &[],
+            Mode::OffCpu | Mode::OffCpuOthers => &["--off-cpu"],
         }
     }
 
     fn label(self) -> &'static str {
         match self {
+            Mode::EmptyProgram => "empty program on sched_switch (no sparkprof)",
             Mode::OnCpu => "on-CPU only",
+            Mode::OffCpuOthers => "`--off-cpu`, ping-pong not recorded",
             Mode::OffCpu => "`--off-cpu`",
         }
     }
@@ -78,6 +103,7 @@ pub struct Stats {
     pub samples: u64,
     pub offcpu_switches: u64,
     pub offcpu_short: u64,
+    pub offcpu_user_walks: u64,
 }
 
 /// One interleaved pair of ping-pong runs.
@@ -126,9 +152,11 @@ pub struct KernelRound {
 pub struct OffCpuReport {
     pub modes: Vec<ModeResult>,
     pub kernel: Vec<KernelRound>,
+    /// The Spark job without and with `--off-cpu`.
+    pub spark: Option<super::spark::Runtime>,
 }
 
-pub fn measure(bench: &Bench, runs: usize) -> Result<OffCpuReport> {
+pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuReport> {
     crate::toolchain::apt_install(&["gcc", "libc6-dev"])
         .context("installing the C compiler for the ping-pong workload")?;
     let dir = bench.scratch.join("offcpu");
@@ -187,7 +215,20 @@ pub fn measure(bench: &Bench, runs: usize) -> Result<OffCpuReport> {
         }
     }
     let kernel = harness.kernel_cost()?;
-    Ok(OffCpuReport { modes, kernel })
+    // The Spark job of section 5, beside `sparkprof record --off-cpu`.
+    let spark = super::spark::job_pairs(
+        bench,
+        spark_pairs,
+        Profiler {
+            tool: Tool::SparkprofOffCpu,
+            hz: SPARK_HZ,
+        },
+    )?;
+    Ok(OffCpuReport {
+        modes,
+        kernel,
+        spark: Some(spark),
+    })
 }
 
 struct Harness<'a> {
@@ -207,7 +248,22 @@ impl Harness<'_> {
     /// and the recording's statistics.
     fn profiled_run(&self, mode: Mode) -> Result<(f64, Duration, Duration, Stats)> {
         let mut pingpong = PingPong::start(self.binary)?;
-        let recorder = Recorder::start(self.sparkprof, self.dir, mode, pingpong.pids)?;
+        if mode == Mode::EmptyProgram {
+            let hook = EmptySchedSwitchProgram::attach()?;
+            let started = Instant::now();
+            pingpong.go()?;
+            let seconds = pingpong.finish()?;
+            let window = started.elapsed();
+            drop(hook);
+            return Ok((seconds, Duration::ZERO, window, Stats::default()));
+        }
+        let pids = if mode == Mode::OffCpuOthers {
+            // A process that stays: this bench's own.
+            [std::process::id(); 2]
+        } else {
+            pingpong.pids
+        };
+        let recorder = Recorder::start(self.sparkprof, self.dir, mode, pids)?;
         let (cpu_before, started) = (cpu_time(recorder.pid())?, Instant::now());
         pingpong.go()?;
         let seconds = pingpong.finish()?;
@@ -411,6 +467,7 @@ impl Recorder {
             samples: field("samples"),
             offcpu_switches: field("offcpu_switches"),
             offcpu_short: field("offcpu_short"),
+            offcpu_user_walks: field("offcpu_user_walks"),
         };
         let _ = fs::remove_dir_all(&self.dir);
         Ok(stats)
@@ -443,6 +500,77 @@ fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
         return Ok((run_time_ns, run_cnt));
     }
     bail!("process {pid} holds no {SCHED_SWITCH_PROGRAM} tracepoint program")
+}
+
+/// A BPF program that returns at once (`r0 = 0; exit`), attached to the
+/// `sched_switch` raw tracepoint for as long as this value lives.
+struct EmptySchedSwitchProgram {
+    _program: OwnedFd,
+    _link: OwnedFd,
+}
+
+impl EmptySchedSwitchProgram {
+    fn attach() -> Result<Self> {
+        const BPF_PROG_LOAD: libc::c_long = 5;
+        const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+        const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+        /// `mov64 r0, 0` and `exit`.
+        const INSNS: [u64; 2] = [0xb7, 0x95];
+        #[repr(C)]
+        struct ProgLoad {
+            prog_type: u32,
+            insn_cnt: u32,
+            insns: u64,
+            license: u64,
+            rest: [u64; 12],
+        }
+        #[repr(C)]
+        struct RawTracepointOpen {
+            name: u64,
+            prog_fd: u32,
+            pad: u32,
+        }
+        let license = c"GPL";
+        let attr = ProgLoad {
+            prog_type: BPF_PROG_TYPE_RAW_TRACEPOINT,
+            insn_cnt: INSNS.len() as u32,
+            insns: INSNS.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            rest: [0; 12],
+        };
+        let bpf = |cmd: libc::c_long, attr: *const u8, size: usize| -> Result<OwnedFd> {
+            // SAFETY: `attr` points at a `bpf_attr` prefix of `size` bytes
+            // whose pointers stay valid for the call.
+            let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) };
+            if fd < 0 {
+                bail!("bpf({cmd}): {}", std::io::Error::last_os_error());
+            }
+            // SAFETY: a new file descriptor that nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        };
+        let program = bpf(
+            BPF_PROG_LOAD,
+            &attr as *const ProgLoad as *const u8,
+            size_of::<ProgLoad>(),
+        )
+        .context("loading an empty raw tracepoint program")?;
+        let name = c"sched_switch";
+        let open = RawTracepointOpen {
+            name: name.as_ptr() as u64,
+            prog_fd: program.as_raw_fd() as u32,
+            pad: 0,
+        };
+        let link = bpf(
+            BPF_RAW_TRACEPOINT_OPEN,
+            &open as *const RawTracepointOpen as *const u8,
+            size_of::<RawTracepointOpen>(),
+        )
+        .context("attaching the empty program to sched_switch")?;
+        Ok(Self {
+            _program: program,
+            _link: link,
+        })
+    }
 }
 
 /// A loaded BPF program's name (at most 15 bytes), by its id: fdinfo has
@@ -530,49 +658,61 @@ impl OffCpuReport {
             "### 6. Off-CPU time (a pipe ping-pong with and without `--off-cpu`; sparkprof's CPU; in-kernel cost per sched_switch)\n\n\
              **6.1 Ping-pong.** `xtask/bench/pingpong.c`: two processes bounce one byte over \
              two pipes {ROUND_TRIPS} times, both pinned to CPU 0 (each round trip is two direct \
-             switches there); {runs} \
-             interleaved pair(s) without and with `sparkprof record --pid PARENT --pid CHILD` \
-             (99 Hz), on-CPU only and with `--off-cpu` (default `--min-block-us` \
-             {MIN_BLOCK_US}), sparkprof started afresh for each run and recording before the \
+             switches there); {runs} interleaved pair(s) without and with each of: an empty BPF \
+             program on the `sched_switch` raw tracepoint (attached by the bench, no sparkprof: \
+             the floor under any profiler built on that tracepoint); `sparkprof record` on-CPU \
+             only (99 Hz); `sparkprof record --off-cpu` recording another process (the \
+             ping-pong pays what every process on the host pays); `sparkprof record --off-cpu \
+             --pid PARENT --pid CHILD` (the worst case; default `--min-block-us` \
+             {MIN_BLOCK_US}). sparkprof is started afresh for each run and records before the \
              first round trip; time from the workload, round trips only.\n\n\
-             | pair (order) | without, s | on-CPU only, s | ratio | without, s | `--off-cpu`, s | ratio |\n\
-             |---|--:|--:|--:|--:|--:|--:|\n"
+             | pair (order) | beside the ping-pong | without, s | with, s | ratio |\n\
+             |---|---|--:|--:|--:|\n"
         );
-        for (i, first) in self.modes[0].pairs.iter().enumerate() {
-            let cells: Vec<String> = self
-                .modes
-                .iter()
-                .map(|m| {
-                    let p = &m.pairs[i];
-                    format!("{:.3} | {:.3} | {:.3}", p.unprofiled, p.profiled, p.ratio())
-                })
-                .collect();
-            let order = if first.profiled_first {
-                "with first"
-            } else {
-                "without first"
-            };
-            text += &format!("| {} ({order}) | {} |\n", i + 1, cells.join(" | "));
+        for i in 0..runs {
+            for m in &self.modes {
+                let p = &m.pairs[i];
+                let order = if p.profiled_first {
+                    "with first"
+                } else {
+                    "without first"
+                };
+                text += &format!(
+                    "| {} ({order}) | {} | {:.3} | {:.3} | {:.3} |\n",
+                    i + 1,
+                    m.mode.label(),
+                    p.unprofiled,
+                    p.profiled,
+                    p.ratio()
+                );
+            }
         }
-        text += "\n| sparkprof | slowdown, median of the pairs' ratios | sparkprof's CPU while recording (utime + stime) | target |\n|---|--:|--:|---|\n";
-        let mut medians = Vec::new();
+        text += "\n| beside the ping-pong | slowdown, median of the pairs' ratios | sparkprof's CPU while recording (utime + stime) | target |\n|---|--:|--:|---|\n";
+        let mut medians = std::collections::HashMap::new();
         for m in &self.modes {
             let ratios = m.ratios();
             let ratio = median(&ratios);
-            medians.push(ratio);
+            medians.insert(m.mode, ratio);
             let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
             let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let slowdown = 100.0 * (ratio - 1.0);
             let (percent, cpu, wall) = m.cpu_percent();
-            let target = match m.mode {
-                Mode::OffCpu => format!(
-                    "< {TARGET_SLOWDOWN_PERCENT} %: {}",
-                    met(slowdown < TARGET_SLOWDOWN_PERCENT)
+            let (target, cpu) = match m.mode {
+                Mode::OffCpu => (
+                    format!(
+                        "< {TARGET_SLOWDOWN_PERCENT} %: {}",
+                        met(slowdown < TARGET_SLOWDOWN_PERCENT)
+                    ),
+                    format!("{percent:.2} % of one core ({cpu:.2} s in {wall:.1} s)"),
                 ),
-                Mode::OnCpu => "(reference)".to_owned(),
+                Mode::EmptyProgram => ("(floor)".to_owned(), "–".to_owned()),
+                Mode::OnCpu | Mode::OffCpuOthers => (
+                    "(reference)".to_owned(),
+                    format!("{percent:.2} % of one core ({cpu:.2} s in {wall:.1} s)"),
+                ),
             };
             text += &format!(
-                "| {} | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {high:.3}) | {percent:.2} % of one core ({cpu:.2} s in {wall:.1} s) | {target} |\n",
+                "| {} | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {high:.3}) | {cpu} | {target} |\n",
                 m.mode.label()
             );
         }
@@ -582,22 +722,40 @@ impl OffCpuReport {
             .flat_map(|m| m.pairs.iter().map(|p| p.unprofiled))
             .collect();
         let noise = spread_percent(&unprofiled);
+        let points = |a: Mode, b: Mode| match (medians.get(&a), medians.get(&b)) {
+            (Some(a), Some(b)) => 100.0 * (a - b),
+            _ => f64::NAN,
+        };
         text += &format!(
-            "\nNoise: the {} runs without sparkprof span {noise:.1} % from fastest to slowest. \
-             What `--off-cpu` adds: {:+.1} points over on-CPU only (difference of the medians).\n",
+            "\nNoise: the {} runs without anything beside the ping-pong span {noise:.1} % from \
+             fastest to slowest. Differences of the medians: an empty program on sched_switch \
+             costs {:+.1} points by itself; recording the ping-pong's off-CPU time adds \
+             {:+.1} points over that floor and {:+.1} over on-CPU only; recording other \
+             processes' costs the ping-pong {:+.1} points over the floor.\n",
             unprofiled.len(),
-            100.0 * (medians.get(1).copied().unwrap_or(f64::NAN) - medians[0])
+            100.0
+                * (medians
+                    .get(&Mode::EmptyProgram)
+                    .copied()
+                    .unwrap_or(f64::NAN)
+                    - 1.0),
+            points(Mode::OffCpu, Mode::EmptyProgram),
+            points(Mode::OffCpu, Mode::OnCpu),
+            points(Mode::OffCpuOthers, Mode::EmptyProgram),
         );
         if let Some(off) = self.modes.iter().find(|m| m.mode == Mode::OffCpu) {
             let switches: u64 = off.pairs.iter().map(|p| p.stats.offcpu_switches).sum();
             let short: u64 = off.pairs.iter().map(|p| p.stats.offcpu_short).sum();
+            let walks: u64 = off.pairs.iter().map(|p| p.stats.offcpu_user_walks).sum();
             let samples: u64 = off.pairs.iter().map(|p| p.stats.samples).sum();
             let trips = ROUND_TRIPS * off.pairs.len() as u64;
             text += &format!(
                 "Under `--off-cpu` sparkprof saw {switches} switch-outs of the two processes in \
                  its {} recordings ({:.2} per round trip; index.json `offcpu_switches`), of which \
                  {short} ({:.1} %) were blocked less than {MIN_BLOCK_US} µs and not counted \
-                 (`offcpu_short`), and {samples} on-CPU samples.\n",
+                 (`offcpu_short`); it walked a user stack at {walks} of them (`offcpu_user_walks`; \
+                 the others left from a site whose walk it kept), and took {samples} on-CPU \
+                 samples.\n",
                 off.pairs.len(),
                 switches as f64 / trips as f64,
                 if switches == 0 {
@@ -608,11 +766,13 @@ impl OffCpuReport {
             );
         }
         text += &self.kernel_markdown();
-        text += &format!(
-            "\n**6.3 Spark job under `--off-cpu`.** Not measured by this section: the target \
-             (the job less than {TARGET_SPARK_SLOWDOWN_PERCENT} % slower with `--off-cpu`) \
-             stays open. Section 5's job pairs start sparkprof with fixed arguments.\n"
-        );
+        if let Some(spark) = &self.spark {
+            text += "\n";
+            text += &spark.markdown(
+                "6.3 Spark job under `--off-cpu`",
+                TARGET_SPARK_SLOWDOWN_PERCENT,
+            );
+        }
         text
     }
 
@@ -623,8 +783,8 @@ impl OffCpuReport {
              `kernel.bpf_stats_enabled=1` (restored afterwards): `run_time_ns` and `run_cnt` of \
              sparkprof's `{SCHED_SWITCH_PROGRAM}` tracepoint program (`/proc/PID/fdinfo`) just \
              before the first round trip and just after the last. The program runs on every \
-             context switch of the host; for switches of other processes it does one hash \
-             lookup.\n\n\
+             context switch of the host; for a switch between other processes it reads one \
+             array entry and looks up one hash key.\n\n\
              | round | invocations | ns per invocation | invocations per round trip | in-kernel time per round trip, µs | in-kernel time per second of the run, % of one core |\n\
              |---|--:|--:|--:|--:|--:|\n"
         );
@@ -668,6 +828,7 @@ mod tests {
                 samples: 10,
                 offcpu_switches: 400_000,
                 offcpu_short: 399_000,
+                offcpu_user_walks: 12,
             },
         }
     }
@@ -676,6 +837,10 @@ mod tests {
     fn the_report_lists_every_pair_and_the_kernel_rounds() {
         let report = OffCpuReport {
             modes: vec![
+                ModeResult {
+                    mode: Mode::EmptyProgram,
+                    pairs: vec![pair(false, 2.5, 2.6), pair(true, 2.5, 2.6)],
+                },
                 ModeResult {
                     mode: Mode::OnCpu,
                     pairs: vec![pair(false, 2.5, 2.55), pair(true, 2.6, 2.6)],
@@ -691,14 +856,24 @@ mod tests {
                 run_time_ns: 4_000 * ROUND_TRIPS,
                 seconds: 4e-6 * ROUND_TRIPS as f64 * 2.0,
             }],
+            spark: None,
         };
         let text = report.markdown();
         assert!(text.starts_with("### 6. Off-CPU time"), "{text}");
         assert!(
-            text.contains("| 1 (without first) | 2.500 | 2.550 | 1.020 | 2.500 | 2.750 | 1.100 |"),
+            text.contains("| 1 (without first) | on-CPU only | 2.500 | 2.550 | 1.020 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| 1 (without first) | `--off-cpu` | 2.500 | 2.750 | 1.100 |"),
             "{text}"
         );
         assert!(text.contains("| 2 (with first) |"), "{text}");
+        assert!(
+            text.contains("an empty program on sched_switch costs +4.0 points by itself"),
+            "{text}"
+        );
+        assert!(text.contains("adds +5.0 points over that floor"), "{text}");
         assert!(text.contains("| `--off-cpu` | +9.0 % (1.090;"), "{text}");
         assert!(text.contains("**not met**"), "{text}");
         for round in ["1", "all"] {

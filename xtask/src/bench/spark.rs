@@ -82,20 +82,16 @@ pub struct SparkReport {
 }
 
 pub fn measure(bench: &Bench, pairs: usize) -> Result<SparkReport> {
-    // The end-to-end test's components: a JDK and pyspark.
-    crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
-    crate::spark::setup()?;
-    let expected = workspace_root().join("target/release/sparkprof");
-    if bench.sparkprof != expected {
-        bail!(
-            "the tests' recorder runs {}, the bench built {}",
-            expected.display(),
-            bench.sparkprof.display()
-        );
-    }
+    let runtime = job_pairs(
+        bench,
+        pairs,
+        Profiler {
+            tool: Tool::Sparkprof,
+            hz: JOB_HZ,
+        },
+    )?;
     let dir = bench.scratch.join("spark");
     fs::create_dir_all(&dir)?;
-    let runtime = runtime(bench, pairs)?;
     let busy = wait_for_quiet_host_within(QUIET_PATIENCE)?.err();
     if let Some(busy) = busy {
         progress(&format!(
@@ -158,23 +154,35 @@ pub struct Runtime {
     pub pairs: Vec<Pair>,
     pub stages: usize,
     pub tasks: u32,
+    /// What the "with" runs ran beside the job.
+    profiler: Profiler,
 }
 
-fn runtime(bench: &Bench, pairs: usize) -> Result<Runtime> {
+/// Interleaved pairs of the Spark job without and with `profiler` (a
+/// sparkprof variant) on a fresh standalone cluster.
+pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Result<Runtime> {
+    // The end-to-end test's components: a JDK and pyspark.
+    crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
+    crate::spark::setup()?;
+    let expected = workspace_root().join("target/release/sparkprof");
+    if bench.sparkprof != expected {
+        bail!(
+            "the tests' recorder runs {}, the bench built {}",
+            expected.display(),
+            bench.sparkprof.display()
+        );
+    }
     wait_for_quiet_host()?;
     let install = SparkInstall::locate();
     progress("[spark] starting a standalone Master and Worker");
     let mut cluster = Cluster::start(&install);
     // Let the daemons settle after their start (JIT, class loading).
     wait_for_quiet_host()?;
-    let profiler = Profiler {
-        tool: Tool::Sparkprof,
-        hz: JOB_HZ,
-    };
     let mut result = Runtime {
         pairs: Vec::new(),
         stages: 0,
         tasks: 0,
+        profiler,
     };
     for pair in 0..pairs {
         // without, with, with, without, ...: neither side always goes first.
@@ -183,7 +191,7 @@ fn runtime(bench: &Bench, pairs: usize) -> Result<Runtime> {
         for profiled in [profiled_first, !profiled_first] {
             let label = if profiled { "with" } else { "without" };
             progress(&format!(
-                "[spark] pair {}/{pairs}: the job {label} sparkprof",
+                "[spark] pair {}/{pairs}: the job {label} {profiler}",
                 pair + 1
             ));
             let running = match profiled {
@@ -657,41 +665,27 @@ fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
-impl SparkReport {
-    pub fn markdown(&self) -> String {
-        let mut text = format!(
-            "### 5. Spark (a multi-stage PySpark job with and without sparkprof; stage attribution; thread-dump safepoints)\n\n{}",
-            self.runtime_markdown()
-        );
-        text += &self.attribution_markdown();
-        text += &self.dumps_markdown();
-        text += &format!(
-            "\nSpark: pyspark {}; JVM: {}.\n",
-            sparkprof_tests::spark::PYSPARK_VERSION,
-            self.java
-        );
-        if let Some(busy) = self.busy {
-            text += &format!(
-                "\nThe host was not idle ({busy:.0} % of one core used by other processes) when \
-                 parts 2 and 3 began: their pause and round-trip times are noisier than usual.\n"
-            );
-        }
-        text
-    }
-
-    fn runtime_markdown(&self) -> String {
-        let r = &self.runtime;
+impl Runtime {
+    /// The pairs, the median slowdown against `target` (percent), the noise
+    /// and sparkprof's CPU, under a bold `heading`.
+    pub(super) fn markdown(&self, heading: &str, target: f64) -> String {
+        let r = self;
         let n = r.pairs.len();
+        let command = match r.profiler.tool {
+            Tool::SparkprofOffCpu => "sparkprof record --off-cpu",
+            _ => "sparkprof record",
+        };
         let mut text = format!(
-            "**5.1 Job runtime.** `tests/workloads/spark_job.py {}` (two executors of one core, \
+            "**{heading}.** `tests/workloads/spark_job.py {}` (two executors of one core, \
              {} stages, {} tasks) on a standalone cluster on this host, {n} interleaved pair(s) \
-             without and with `sparkprof record` (whole host, {JOB_HZ} Hz); time from the \
+             without and with `{command}` (whole host, {} Hz); time from the \
              event log, first job submitted to last job completed.\n\n\
              | pair (order) | without, s | with, s | with / without | application span, without / with, s |\n\
              |---|--:|--:|--:|--:|\n",
             JOB_ARGS.join(" "),
             r.stages,
-            r.tasks
+            r.tasks,
+            r.profiler.hz
         );
         for (i, p) in r.pairs.iter().enumerate() {
             let order = if p.profiled_first {
@@ -725,15 +719,15 @@ impl SparkReport {
             });
         text += &format!(
             "\n| figure | value | target |\n|---|--:|---|\n\
-             | slowdown, median of the pairs' ratios | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {:.3}) | < {TARGET_SLOWDOWN_PERCENT} %: {} |\n\
+             | slowdown, median of the pairs' ratios | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {:.3}) | < {target} %: {} |\n\
              | noise: the runs without sparkprof, fastest to slowest | {noise:.1} % |  |\n\
              | application span (incl. executor start), median of the pairs' ratios | {:+.1} % |  |\n\
              | sparkprof's CPU while the job ran (utime + stime) | {:.2} % of one core ({cpu:.2} s in {wall:.0} s) |  |\n",
             max(&ratios),
-            if noise > TARGET_SLOWDOWN_PERCENT {
+            if noise > target {
                 format!("not resolved here (noise {noise:.0} %)")
             } else {
-                met(slowdown < TARGET_SLOWDOWN_PERCENT).to_owned()
+                met(slowdown < target).to_owned()
             },
             100.0 * (median(&app_ratios) - 1.0),
             100.0 * cpu / wall,
@@ -741,20 +735,48 @@ impl SparkReport {
         text += &if n < 2 {
             "\nWith one pair there is no noise estimate: the ratio may be noise of any size.\n"
                 .to_owned()
-        } else if noise > TARGET_SLOWDOWN_PERCENT {
+        } else if noise > target {
             format!(
                 "\nThe runs without sparkprof alone spread over {noise:.1} %, more than the \
-                 {TARGET_SLOWDOWN_PERCENT} % target: with {n} pairs this run cannot tell a \
+                 {target} % target: with {n} pairs this run cannot tell a \
                  slowdown below about {noise:.0} % from noise, whichever way the median points \
                  (more pairs: `--runs N`).\n"
             )
         } else {
             format!(
                 "\nThe runs without sparkprof spread over {noise:.1} %, less than the \
-                 {TARGET_SLOWDOWN_PERCENT} % target (an estimate from {n} runs only).\n"
+                 {target} % target (an estimate from {n} runs only).\n"
             )
         };
         text
+    }
+}
+
+impl SparkReport {
+    pub fn markdown(&self) -> String {
+        let mut text = format!(
+            "### 5. Spark (a multi-stage PySpark job with and without sparkprof; stage attribution; thread-dump safepoints)\n\n{}",
+            self.runtime_markdown()
+        );
+        text += &self.attribution_markdown();
+        text += &self.dumps_markdown();
+        text += &format!(
+            "\nSpark: pyspark {}; JVM: {}.\n",
+            sparkprof_tests::spark::PYSPARK_VERSION,
+            self.java
+        );
+        if let Some(busy) = self.busy {
+            text += &format!(
+                "\nThe host was not idle ({busy:.0} % of one core used by other processes) when \
+                 parts 2 and 3 began: their pause and round-trip times are noisier than usual.\n"
+            );
+        }
+        text
+    }
+
+    fn runtime_markdown(&self) -> String {
+        self.runtime
+            .markdown("5.1 Job runtime", TARGET_SLOWDOWN_PERCENT)
     }
 
     fn attribution_markdown(&self) -> String {
