@@ -27,7 +27,7 @@ use aya::{
     },
     util::online_cpus,
 };
-use off_cpu::{OffCpuConfig, OffCpuRecorder, OffCpuState, SchedFormats};
+use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{SampleKey, names, stack_error, stat};
 use thiserror::Error;
 use thread_names::{NameFeed, RenameFeed, TaskRenameFormat, ThreadRename};
@@ -203,17 +203,17 @@ impl Collector {
         let (pid_offset, newcomm_offset) = rename_format
             .as_ref()
             .map_or((0, 0), |format| (format.pid, format.newcomm));
-        let sched_formats = match &config.off_cpu {
+        let off_cpu_globals = match &config.off_cpu {
             Some(off_cpu) => Some(
-                SchedFormats::read(off_cpu.min_block).map_err(CollectError::OffCpuUnavailable)?,
+                OffCpuGlobals::read(off_cpu.min_block).map_err(CollectError::OffCpuUnavailable)?,
             ),
             None => None,
         };
         let mut loader = EbpfLoader::new();
         loader.override_global(names::FILTER_BY_TGID, &filter, true);
-        match (&config.off_cpu, &sched_formats) {
-            (Some(off_cpu), Some(formats)) => {
-                formats.configure(&mut loader);
+        match (&config.off_cpu, &off_cpu_globals) {
+            (Some(off_cpu), Some(globals)) => {
+                globals.configure(&mut loader);
                 loader.map_max_entries(names::OFFCPU_USER_STACKS, off_cpu.stack_map_entries);
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, off_cpu.count_map_entries);
@@ -223,6 +223,7 @@ impl Collector {
                 // Not recording off-CPU time: keep its maps small.
                 loader.map_max_entries(names::OFFCPU_USER_STACKS, 1);
                 loader.map_max_entries(names::OFFCPU_WATCHED, 1);
+                loader.map_max_entries(names::OFFCPU_START, 1);
                 loader.map_max_entries(names::OFFCPU_KERNEL_STACKS, 1);
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, 1);
@@ -274,10 +275,10 @@ impl Collector {
         let stats = take_map(&mut ebpf, names::STATS)?;
         let mut renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
         renames.watch_installed_jvms(&mut ebpf);
-        let off_cpu = match &sched_formats {
-            Some(formats) => Some(OffCpuRecorder::load(
+        let off_cpu = match &off_cpu_globals {
+            Some(globals) => Some(OffCpuRecorder::load(
                 &mut ebpf,
-                formats,
+                globals,
                 config.stack_depth,
             )?),
             None => None,

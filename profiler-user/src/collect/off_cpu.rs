@@ -85,12 +85,12 @@ impl OffCpuState {
 /// What the off-CPU program is told before it loads: the slots of the
 /// watched-process table (from `pid_max`) and the shortest period counted.
 #[derive(Debug, Clone, Copy)]
-pub struct SchedFormats {
+pub struct OffCpuGlobals {
     slot_mask: u32,
     min_block_ns: u64,
 }
 
-impl SchedFormats {
+impl OffCpuGlobals {
     /// Reads this kernel's `pid_max`; `min_block` is handed over with it.
     pub fn read(min_block: Duration) -> Result<Self, String> {
         let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
@@ -146,7 +146,7 @@ impl OffCpuRecorder {
     /// slot outlives its thread.
     pub fn load(
         ebpf: &mut Ebpf,
-        formats: &SchedFormats,
+        globals: &OffCpuGlobals,
         stack_depth: u32,
     ) -> Result<Self, CollectError> {
         let program_error = |name| move |source| CollectError::Program { name, source };
@@ -179,7 +179,7 @@ impl OffCpuRecorder {
             kernel_stacks: take_map(ebpf, names::OFFCPU_KERNEL_STACKS)?,
             watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
             watched: StdHashMap::new(),
-            slot_mask: formats.slot_mask,
+            slot_mask: globals.slot_mask,
             stack_cache: StdHashMap::new(),
             kernel_stack_cache: StdHashMap::new(),
             stack_depth: stack_depth as usize,
