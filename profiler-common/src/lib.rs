@@ -30,8 +30,87 @@ pub struct SampleKey {
     pub name_epoch: u32,
     /// Reserved for flags; always 0 today. Kept so the key stays 8-byte aligned.
     pub flags: u32,
+    /// Key of the sample's Python stack in the active `PY_STACKS` map, `0`
+    /// for none.
+    pub python_stack: u64,
     /// The thread's `comm` when it was sampled: names survive the thread's exit.
     pub comm: [u8; COMM_LEN],
+}
+
+/// How a CPython version chains its frames, as the kernel walker sees it.
+pub mod python_layout {
+    /// 3.8 to 3.10: `PyThreadState::frame` is a `PyFrameObject *`; frames
+    /// chain through `f_back`; the instruction is the `int f_lasti`.
+    pub const FRAME_OBJECT: u32 = 1;
+    /// 3.11 and 3.12: `PyThreadState::cframe` is a `_PyCFrame *` whose
+    /// `current_frame` is a `_PyInterpreterFrame *`; frames chain through
+    /// `previous`; the instruction is the pointer `prev_instr`.
+    pub const CFRAME: u32 = 2;
+    /// 3.13: `PyThreadState::current_frame` is the `_PyInterpreterFrame *`;
+    /// the code object is `f_executable`, the instruction `instr_ptr`.
+    pub const CURRENT_FRAME: u32 = 3;
+}
+
+/// An offset a CPython version does not have.
+pub const PY_NO_OFFSET: u32 = u32::MAX;
+
+/// Where one CPython version keeps what the kernel's frame walker reads
+/// (byte offsets into its structs), handed to the kernel per process. The
+/// walker starts from a thread's `PyThreadState` address, which userspace
+/// supplies per thread (`PY_THREADS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PythonOffsets {
+    /// One of [`python_layout`].
+    pub layout: u32,
+    /// In `PyThreadState`: `frame` (3.8–3.10), `cframe` (3.11–3.12) or
+    /// `current_frame` (3.13).
+    pub tstate_frame: u32,
+    /// In `_PyCFrame`: `current_frame` (3.11–3.12); [`PY_NO_OFFSET`] otherwise.
+    pub cframe_current_frame: u32,
+    /// In the frame: `f_back` or `previous`.
+    pub frame_previous: u32,
+    /// In the frame: `f_code` or `f_executable`.
+    pub frame_code: u32,
+    /// In the frame: `f_lasti` (an `int`, 3.8–3.10), `prev_instr` (3.11–3.12)
+    /// or `instr_ptr` (3.13) (pointers).
+    pub frame_instr: u32,
+    /// In `_PyInterpreterFrame`: the `char owner` (3.12+); [`PY_NO_OFFSET`]
+    /// when frames have none to check.
+    pub frame_owner: u32,
+    /// The `owner` value of a frame that belongs to the C stack (a shim
+    /// frame, not Python code): skipped.
+    pub owner_cstack: u32,
+}
+
+/// Python frames one sample records at most (the innermost ones).
+pub const PY_MAX_FRAMES: usize = 48;
+/// Python processes whose frames can be recorded at once.
+pub const MAX_PYTHON_PROCESSES: u32 = 4_096;
+/// Python threads whose frames can be recorded at once.
+pub const MAX_PYTHON_THREADS: u32 = 65_536;
+/// Default entries of each Python stack map.
+pub const DEFAULT_PY_STACK_ENTRIES: u32 = 8_192;
+
+/// One Python frame as the kernel recorded it: which code object, and
+/// where in it (the raw `f_lasti` or instruction pointer; userspace turns
+/// it into a line).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PythonFrame {
+    pub code: u64,
+    pub instr: u64,
+}
+
+/// The Python stack of a sample, innermost frame first, in `PY_STACKS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PythonStack {
+    /// Frames used in `frames`.
+    pub len: u32,
+    /// `1`: the chain went on beyond [`PY_MAX_FRAMES`].
+    pub truncated: u32,
+    pub frames: [PythonFrame; PY_MAX_FRAMES],
 }
 
 /// Bytes of a thread's full name that the rename probe captures, NUL included.
@@ -219,7 +298,10 @@ pub mod stat {
     /// Switch-outs whose user stack was walked (the others reused the walk
     /// of their site).
     pub const OFFCPU_USER_WALKS: u32 = 13;
-    pub const COUNT: u32 = 14;
+    /// Python stacks lost to a full `PY_STACKS` map (the sample still counts,
+    /// with its native frames).
+    pub const PY_STACKS_LOST: u32 = 14;
+    pub const COUNT: u32 = 15;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -260,6 +342,12 @@ pub mod names {
     pub const PROGRAM_PROCESS_EXIT: &str = "sched_process_exit";
     /// Off-CPU count maps (blocked nanoseconds), one per buffer.
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
+    /// `HashMap<u32 tgid, PythonOffsets>`: CPython processes followed.
+    pub const PY_PROCS: &str = "PY_PROCS";
+    /// `HashMap<u32 tid, u64>`: their threads' `PyThreadState` addresses.
+    pub const PY_THREADS: &str = "PY_THREADS";
+    /// `HashMap<u64, PythonStack>`: Python stacks of samples, one per buffer.
+    pub const PY_STACKS: [&str; 2] = ["PY_STACKS_0", "PY_STACKS_1"];
     /// `HashMap<u64, OffCpuUserStack>`: user stacks of off-CPU periods,
     /// by a hash of their frames; kept for the whole recording.
     pub const OFFCPU_USER_STACKS: &str = "OFFCPU_USER_STACKS";
@@ -313,7 +401,7 @@ pub const COMPILED_STACK_DEPTH: u32 = 127;
 
 #[cfg(feature = "user")]
 mod user {
-    // SAFETY: SampleKey is repr(C), Copy, has no padding (6 x u32 + [u8; 16]) and
+    // SAFETY: SampleKey is repr(C), Copy, has no padding (6 x u32, u64, [u8; 16]) and
     // every bit pattern is valid.
     unsafe impl aya::Pod for super::SampleKey {}
     // SAFETY: repr(C), Copy, no padding (2 x u32, 2 x u64, 2 x u32,
@@ -323,6 +411,10 @@ mod user {
     unsafe impl aya::Pod for super::OffCpuKernelStack {}
     // SAFETY: repr(C), two u32 then u64s, no padding, any bits valid.
     unsafe impl aya::Pod for super::OffCpuUserStack {}
+    // SAFETY: repr(C), eight u32, any bits valid.
+    unsafe impl aya::Pod for super::PythonOffsets {}
+    // SAFETY: repr(C), two u32 then pairs of u64, no padding, any bits valid.
+    unsafe impl aya::Pod for super::PythonStack {}
 }
 
 #[cfg(test)]
@@ -331,7 +423,7 @@ mod tests {
 
     #[test]
     fn sample_key_has_no_padding() {
-        assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + 8 + COMM_LEN);
         assert_eq!(core::mem::align_of::<SampleKey>(), 4);
     }
 

@@ -13,6 +13,7 @@
 
 mod off_cpu;
 mod on_cpu;
+mod python;
 mod stats;
 mod thread_names;
 

@@ -17,7 +17,7 @@ use profiler_common::{
     stack_error, stat,
 };
 
-use crate::{stats::count_stat, thread_names::thread_epoch};
+use crate::{python::python_stack, stats::count_stat, thread_names::thread_epoch};
 
 /// Non-zero: sample only the processes in `TARGET_TGIDS` (`--pid`).
 #[unsafe(no_mangle)]
@@ -51,7 +51,8 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         count_stat(stat::FILTERED);
         return 0;
     }
-    let (counts, stacks) = if active_buffer() == 0 {
+    let buffer = active_buffer();
+    let (counts, stacks) = if buffer == 0 {
         (&COUNTS_0, &STACKS_0)
     } else {
         (&COUNTS_1, &STACKS_1)
@@ -68,6 +69,7 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         kernel_stack_id,
         name_epoch: thread_epoch(tid),
         flags: 0,
+        python_stack: python_stack(tgid, tid, buffer),
         comm,
     };
     add_one(&ctx, counts, &key);

@@ -9,6 +9,7 @@
 pub mod jvm_symbol;
 pub mod object;
 pub mod off_cpu;
+pub mod python;
 pub mod thread_names;
 pub mod tracefs;
 
@@ -28,7 +29,9 @@ use aya::{
     util::online_cpus,
 };
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
-use profiler_common::{SampleKey, names, stack_error, stat};
+use profiler_common::{PythonOffsets, SampleKey, names, stack_error, stat};
+use python::PythonMaps;
+pub use python::RawPythonStack;
 use thiserror::Error;
 use thread_names::{NameFeed, RenameFeed, TaskRenameFormat, ThreadRename};
 use tracing::{debug, warn};
@@ -130,6 +133,8 @@ pub struct RawSample {
     pub comm: String,
     pub user: RawStack,
     pub kernel: RawStack,
+    /// The Python frames of an on-CPU sample of a followed CPython thread.
+    pub python: Option<RawPythonStack>,
     pub kind: SampleKind,
     /// Samples for [`SampleKind::OnCpu`], microseconds for
     /// [`SampleKind::OffCpu`].
@@ -192,6 +197,7 @@ pub struct Collector {
     stats: PerCpuArray<MapData, u64>,
     renames: RenameFeed,
     off_cpu: Option<OffCpuRecorder>,
+    python: PythonMaps,
 }
 
 impl Collector {
@@ -275,6 +281,7 @@ impl Collector {
         let stats = take_map(&mut ebpf, names::STATS)?;
         let mut renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
         renames.watch_installed_jvms(&mut ebpf);
+        let python = PythonMaps::take(&mut ebpf)?;
         let off_cpu = match &off_cpu_globals {
             Some(globals) => Some(OffCpuRecorder::load(
                 &mut ebpf,
@@ -344,6 +351,7 @@ impl Collector {
             stats,
             renames,
             off_cpu,
+            python,
         })
     }
 
@@ -367,9 +375,21 @@ impl Collector {
         self.renames.watch_jvm(&mut self.ebpf, pid, libjvm)
     }
 
+    /// Follows a CPython process's frames (see [`python`]).
+    pub fn watch_python(&mut self, pid: u32, offsets: &PythonOffsets) -> Result<(), CollectError> {
+        self.python.watch(pid, offsets)
+    }
+
+    /// Replaces the threads of a followed CPython process: (tid,
+    /// `PyThreadState` address).
+    pub fn set_python_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
+        self.python.set_threads(pid, threads);
+    }
+
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.renames.forget(pid);
+        self.python.forget(pid);
         if let Some(off_cpu) = self.off_cpu.as_mut() {
             off_cpu.forget(pid);
         }
@@ -416,6 +436,7 @@ impl Collector {
                 comm: comm_to_string(&key.comm),
                 user,
                 kernel,
+                python: self.python.stack(idle, key.python_stack),
                 kind: SampleKind::OnCpu,
                 count: *count,
             });
@@ -423,6 +444,7 @@ impl Collector {
         if let Some(off_cpu) = self.off_cpu.as_mut() {
             samples.extend(off_cpu.drain(idle));
         }
+        self.python.clear(idle);
 
         for (key, _) in &entries {
             match self.counts[idle].remove(key) {

@@ -238,6 +238,7 @@ impl OffCpuRecorder {
                 comm: comm_to_string(&key.comm),
                 user,
                 kernel,
+                python: None,
                 kind: SampleKind::OffCpu(OffCpuState::from_prev_state(key.state)),
                 count: (nanos + 500) / 1_000,
             });

@@ -1,0 +1,138 @@
+//! CPython frames for on-CPU samples.
+//!
+//! CPython keeps its call stack in its own frame structs, not in frame
+//! pointers (and the interpreters on real hosts are built without them), so
+//! a native walk of a Python thread sees little more than the evaluation
+//! loop. For threads userspace registered (`PY_THREADS`: tid → the address
+//! of its `PyThreadState`, in a process whose version's offsets are in
+//! `PY_PROCS`), the sampler also follows the thread's frame chain and
+//! records (code object, instruction) per frame, innermost first. Naming
+//! code objects and computing lines is left to userspace.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::bpf_probe_read_user,
+    macros::map,
+    maps::{HashMap, PerCpuArray},
+};
+use profiler_common::{
+    MAX_PYTHON_PROCESSES, MAX_PYTHON_THREADS, PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame,
+    PythonOffsets, PythonStack, python_layout, stat,
+};
+
+use crate::stats::count_stat;
+
+#[map]
+static PY_PROCS: HashMap<u32, PythonOffsets> = HashMap::with_max_entries(MAX_PYTHON_PROCESSES, 0);
+
+#[map]
+static PY_THREADS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_PYTHON_THREADS, 0);
+
+#[map]
+static PY_STACKS_0: HashMap<u64, PythonStack> =
+    HashMap::with_max_entries(profiler_common::DEFAULT_PY_STACK_ENTRIES, 0);
+#[map]
+static PY_STACKS_1: HashMap<u64, PythonStack> =
+    HashMap::with_max_entries(profiler_common::DEFAULT_PY_STACK_ENTRIES, 0);
+
+/// Scratch space for one Python stack (too large for the BPF stack).
+#[map]
+static PY_SCRATCH: PerCpuArray<PythonStack> = PerCpuArray::with_max_entries(1, 0);
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// The current thread's Python stack, filed in the `buffer`'s stack map
+/// under a hash of its frames; `0` when the thread is not a registered
+/// Python thread or has no Python frame now.
+#[inline(always)]
+pub fn python_stack(tgid: u32, tid: u32, buffer: u32) -> u64 {
+    let Some(offsets) = (unsafe { PY_PROCS.get(&tgid) }) else {
+        return 0;
+    };
+    let Some(&tstate) = (unsafe { PY_THREADS.get(&tid) }) else {
+        return 0;
+    };
+    let Some(stack) = PY_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let stack = unsafe { &mut *stack };
+    let mut frame = first_frame(offsets, tstate);
+    let mut hash = FNV_OFFSET;
+    let mut len = 0u32;
+    for index in 0..PY_MAX_FRAMES {
+        if frame == 0 {
+            break;
+        }
+        // A shim frame that belongs to the C stack (3.12+) is not Python
+        // code: step over it (they never come two in a row).
+        if offsets.frame_owner != PY_NO_OFFSET
+            && u32::from(read_u8(frame + u64::from(offsets.frame_owner))) == offsets.owner_cstack
+        {
+            frame = read_u64(frame + u64::from(offsets.frame_previous));
+            if frame == 0 {
+                break;
+            }
+        }
+        let code = read_u64(frame + u64::from(offsets.frame_code));
+        let instr = if offsets.layout == python_layout::FRAME_OBJECT {
+            u64::from(read_u32(frame + u64::from(offsets.frame_instr)))
+        } else {
+            read_u64(frame + u64::from(offsets.frame_instr))
+        };
+        stack.frames[index] = PythonFrame { code, instr };
+        hash = (hash ^ code).wrapping_mul(FNV_PRIME);
+        hash = (hash ^ instr).wrapping_mul(FNV_PRIME);
+        len = index as u32 + 1;
+        frame = read_u64(frame + u64::from(offsets.frame_previous));
+    }
+    if len == 0 {
+        return 0;
+    }
+    // Frames beyond the last slot are not recorded: the stack is cut there.
+    // (Slots past `len` keep older frames; userspace reads `len` only.)
+    stack.truncated = u32::from(frame != 0);
+    stack.len = len;
+    hash ^= u64::from(stack.truncated);
+    let hash = hash.max(1);
+    let stacks = if buffer == 0 {
+        &PY_STACKS_0
+    } else {
+        &PY_STACKS_1
+    };
+    if unsafe { stacks.get(&hash) }.is_none()
+        && stacks.insert(&hash, stack, BPF_NOEXIST as u64).is_err()
+    {
+        count_stat(stat::PY_STACKS_LOST);
+        return 0;
+    }
+    hash
+}
+
+/// The thread's innermost frame: through `cframe` on 3.11 and 3.12.
+#[inline(always)]
+fn first_frame(offsets: &PythonOffsets, tstate: u64) -> u64 {
+    let frame = read_u64(tstate + u64::from(offsets.tstate_frame));
+    if offsets.layout == python_layout::CFRAME && frame != 0 {
+        read_u64(frame + u64::from(offsets.cframe_current_frame))
+    } else {
+        frame
+    }
+}
+
+/// User memory of the current process; `0` where it cannot be read (a torn
+/// chain ends the walk there).
+#[inline(always)]
+fn read_u64(address: u64) -> u64 {
+    unsafe { bpf_probe_read_user(address as *const u64) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn read_u32(address: u64) -> u32 {
+    unsafe { bpf_probe_read_user(address as *const u32) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn read_u8(address: u64) -> u8 {
+    unsafe { bpf_probe_read_user(address as *const u8) }.unwrap_or(0)
+}

@@ -1,0 +1,117 @@
+//! The kernel side's view of CPython processes: which processes and
+//! threads the on-CPU sampler follows into Python frames, and the Python
+//! stacks it recorded.
+//!
+//! Userspace (the record loop, from `symbolize::python`) tells it each
+//! process's struct offsets and, every drain, each thread's
+//! `PyThreadState` address; the sampler then records (code object,
+//! instruction) pairs for samples of those threads, double-buffered like
+//! the native stacks.
+
+use std::collections::{HashMap as StdHashMap, HashSet};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData},
+};
+use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, names};
+use tracing::debug;
+
+use super::{CollectError, take_map};
+
+/// The Python frames of one sample, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawPythonStack {
+    pub frames: Vec<PythonFrame>,
+    /// The chain went on beyond what the kernel records.
+    pub truncated: bool,
+}
+
+/// The Python maps of the loaded programs.
+pub struct PythonMaps {
+    processes: HashMap<MapData, u32, PythonOffsets>,
+    threads: HashMap<MapData, u32, u64>,
+    stacks: [HashMap<MapData, u64, PythonStack>; 2],
+    /// Registered threads by process, to replace and forget them.
+    registered: StdHashMap<u32, HashSet<u32>>,
+}
+
+impl PythonMaps {
+    pub fn take(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
+        Ok(Self {
+            processes: take_map(ebpf, names::PY_PROCS)?,
+            threads: take_map(ebpf, names::PY_THREADS)?,
+            stacks: [
+                take_map(ebpf, names::PY_STACKS[0])?,
+                take_map(ebpf, names::PY_STACKS[1])?,
+            ],
+            registered: StdHashMap::new(),
+        })
+    }
+
+    /// Follows process `pid`'s Python frames, with its version's offsets.
+    pub fn watch(&mut self, pid: u32, offsets: &PythonOffsets) -> Result<(), CollectError> {
+        self.processes
+            .insert(&pid, offsets, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::PY_PROCS,
+                source,
+            })
+    }
+
+    /// Replaces process `pid`'s threads by `threads` (tid, `PyThreadState`
+    /// address). A full thread map leaves the rest unfollowed (logged).
+    pub fn set_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
+        let now: HashSet<u32> = threads.iter().map(|&(tid, _)| tid).collect();
+        let before = self.registered.remove(&pid).unwrap_or_default();
+        for gone in before.difference(&now) {
+            let _ = self.threads.remove(gone);
+        }
+        let mut registered = HashSet::new();
+        for &(tid, tstate) in threads {
+            match self.threads.insert(&tid, &tstate, 0) {
+                Ok(()) => {
+                    registered.insert(tid);
+                }
+                Err(err) => debug!(pid, tid, "Python thread not followed: {err}"),
+            }
+        }
+        self.registered.insert(pid, registered);
+    }
+
+    /// Stops following an exited process.
+    pub fn forget(&mut self, pid: u32) {
+        let _ = self.processes.remove(&pid);
+        for tid in self.registered.remove(&pid).unwrap_or_default() {
+            let _ = self.threads.remove(&tid);
+        }
+    }
+
+    /// The stack filed under `hash` in the `idle` buffer (`0`: none).
+    pub fn stack(&self, idle: usize, hash: u64) -> Option<RawPythonStack> {
+        if hash == 0 {
+            return None;
+        }
+        match self.stacks[idle].get(&hash, 0) {
+            Ok(stack) => {
+                let len = (stack.len as usize).min(PY_MAX_FRAMES);
+                Some(RawPythonStack {
+                    frames: stack.frames[..len].to_vec(),
+                    truncated: stack.truncated != 0,
+                })
+            }
+            Err(err) => {
+                debug!(hash, "Python stack lookup failed: {err}");
+                None
+            }
+        }
+    }
+
+    /// Empties the `idle` buffer's stack map after a drain.
+    pub fn clear(&mut self, idle: usize) {
+        let keys: Vec<u64> = self.stacks[idle].keys().filter_map(Result::ok).collect();
+        for key in keys {
+            let _ = self.stacks[idle].remove(&key);
+        }
+    }
+}
