@@ -1,0 +1,40 @@
+//! CPython frames: finding the interpreter in a process, its threads, and
+//! naming the (code object, instruction) pairs the kernel walker records.
+//!
+//! CPython (3.8 to 3.13) keeps its call stack in its own data structures,
+//! not on the C stack's frame pointers (and its builds have none), so a
+//! native unwind shows only the interpreter's C frames. sparkprof's kernel
+//! program walks the interpreter's frame chain instead: starting from a
+//! thread's `PyThreadState`, it records per frame the code object address
+//! and the raw instruction (see [`profiler_common::PythonFrame`]). That
+//! needs, per process, what only userspace can find, and this module
+//! supplies it:
+//!
+//! - [`PythonProcess::probe`]: whether a process runs CPython, which
+//!   version, and where its `_PyRuntime` is (the executable, static builds
+//!   such as Debian's, or `libpython3.X.so`; also in containers).
+//! - [`PythonProcess::kernel_offsets`]: the version's struct offsets the
+//!   walker reads ([`profiler_common::PythonOffsets`]), from the checked-in
+//!   table in [`types`] (a production host has no CPython headers).
+//! - [`PythonProcess::threads`]: (Linux thread id, `PyThreadState`
+//!   address) for every interpreter thread, for the walker's per-thread map.
+//! - [`PythonProcess::frame_name`]: `function (file.py:line)` for a
+//!   recorded frame, from the code object (cached, with an identity check
+//!   against address reuse) and the version's line table.
+//!
+//! Shaped like the other symbol sources: [`types`] (versions, the offset
+//! table, errors), [`parser`] (reading a process: the interpreter module,
+//! structs, code objects, strings, line tables, and a userspace copy of the
+//! kernel's frame walk), [`resolver`] (one process: cache and public API).
+//! All target memory is read with `process_vm_readv` and treated as
+//! hostile (bounded walks and lengths, objects checked against their type).
+
+pub mod parser;
+pub mod resolver;
+pub mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use resolver::{FrameLocation, PythonProcess};
+pub use types::{PythonError, PythonVersion, StructOffsets};

@@ -1,0 +1,426 @@
+//! One CPython process: finding its interpreter ([`PythonProcess::probe`]),
+//! listing its threads for the kernel walker, and naming the frames the
+//! walker recorded, with a per-process cache of code objects.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+};
+
+use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
+use tracing::{debug, warn};
+
+use super::{
+    parser::{
+        self, CodeHeader, CodeInfo, FileMapping, FileNameVersion, Memory, ObjectReader,
+        TypeAddresses,
+    },
+    types::{
+        DEBUG_COOKIE, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_READ_LEN,
+        DEBUG_OFFSETS_VERSION, PythonError, PythonVersion, StructOffsets,
+    },
+};
+
+/// Code objects cached per process at most; past this the cache starts
+/// over (a process rarely has this many distinct sampled functions).
+pub const MAX_CACHED_CODES: usize = 65_536;
+
+/// A frame's location, the parts of its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameLocation {
+    /// `co_qualname` (3.11+) or `co_name`.
+    pub function: Arc<str>,
+    /// `co_filename` as stored (usually the full path).
+    pub file: Arc<str>,
+    /// The line of the instruction, when it could be computed.
+    pub line: Option<u32>,
+}
+
+impl fmt::Display for FrameLocation {
+    /// `function (file.py:line)`, or `function (file.py)` without a line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{} ({}:{line})", self.function, self.file),
+            None => write!(f, "{} ({})", self.function, self.file),
+        }
+    }
+}
+
+/// A CPython interpreter found in a process.
+pub struct PythonProcess {
+    pid: u32,
+    version: PythonVersion,
+    /// The module that holds `_PyRuntime`, as the process maps it.
+    module: PathBuf,
+    /// `_PyRuntime` in the process.
+    runtime: u64,
+    offsets: &'static StructOffsets,
+    reader: ObjectReader,
+    /// Where the C library keeps the thread id in `struct pthread`, once
+    /// found ([`PY_NO_OFFSET`] until then).
+    pthread_tid_offset: AtomicU32,
+    /// Code objects read, by address, with the identity they had.
+    codes: HashMap<u64, CodeInfo>,
+}
+
+impl fmt::Debug for PythonProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PythonProcess")
+            .field("pid", &self.pid)
+            .field("version", &self.version)
+            .field("module", &self.module)
+            .field("runtime", &format_args!("{:#x}", self.runtime))
+            .field("cached_codes", &self.codes.len())
+            .finish()
+    }
+}
+
+impl PythonProcess {
+    /// Finds CPython in process `pid`: the module (the executable or
+    /// libpython3.X.so, also in containers, through /proc/PID/map_files or
+    /// /proc/PID/root) whose ELF symbols have `_PyRuntime`, its load
+    /// address from /proc/PID/maps, and the version (the `Py_Version`
+    /// symbol on 3.11+, else the module's file name `python3.X` /
+    /// `libpython3.X.so*`, else the `PY_VERSION` string in `.rodata`).
+    /// `Ok(None)` when the process is not CPython or its version or build
+    /// is unsupported (said in a debug log); `Err` only for real errors
+    /// (process gone, files unreadable).
+    pub fn probe(pid: u32) -> Result<Option<PythonProcess>, PythonError> {
+        let mappings = parser::read_file_mappings(pid)?;
+        if mappings.is_empty() {
+            debug!(
+                pid,
+                "no file mappings (kernel thread or zombie): not python"
+            );
+            return Ok(None);
+        }
+        let mut first_error = None;
+        for path in parser::candidate_modules(pid, &mappings)? {
+            let module_maps: Vec<&FileMapping> =
+                mappings.iter().filter(|m| m.path == path).collect();
+            let Some(&first) = module_maps.first() else {
+                continue;
+            };
+            let symbols = match parser::module_symbols(pid, first) {
+                Ok(symbols) => symbols,
+                Err(e) if e.is_process_gone() => return Err(e),
+                Err(e) => {
+                    debug!(pid, module = %path, error = %e, "module unreadable");
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            let Some(runtime) = symbols.runtime else {
+                continue;
+            };
+            let Some(bias) = symbols.bias(&module_maps) else {
+                debug!(pid, module = %path, "no mapping of the module matches its segments");
+                continue;
+            };
+            let memory = Memory::new(pid);
+            let runtime = runtime.wrapping_add(bias);
+            let name = parser::file_name(&path);
+            let from_name = parser::version_from_file_name(name);
+            let from_symbol = match symbols.py_version {
+                Some(address) => Some(PythonVersion::from_hex(
+                    memory.read_u64(address.wrapping_add(bias))?,
+                )),
+                None => None,
+            };
+            let version = match (from_symbol, from_name) {
+                (_, Some(FileNameVersion::Flavour(version, flavour))) => {
+                    debug!(pid, module = %path, %version, %flavour,
+                        "python build with a different object layout (debug or free-threaded): unsupported");
+                    return Ok(None);
+                }
+                (Some(version), Some(FileNameVersion::Version(named))) if named != version => {
+                    debug!(pid, module = %path, %version, %named,
+                        "Py_Version and the file name disagree: Py_Version wins");
+                    version
+                }
+                (Some(version), _) => version,
+                (None, Some(FileNameVersion::Version(version))) => version,
+                (None, None) => match symbols.rodata_version {
+                    Some(version) => version,
+                    None => {
+                        debug!(pid, module = %path, "python of unknown version: unsupported");
+                        return Ok(None);
+                    }
+                },
+            };
+            let Some(offsets) = version.offsets() else {
+                debug!(pid, module = %path, %version, "python version unsupported");
+                return Ok(None);
+            };
+            if version == PythonVersion::new(3, 13)
+                && !check_debug_offsets(&memory, runtime, offsets)?
+            {
+                return Ok(None);
+            }
+            let types = TypeAddresses {
+                code: symbols.code_type.map(|a| a.wrapping_add(bias)),
+                unicode: symbols.unicode_type.map(|a| a.wrapping_add(bias)),
+                bytes: symbols.bytes_type.map(|a| a.wrapping_add(bias)),
+            };
+            debug!(pid, module = %path, %version, runtime, "found python");
+            return Ok(Some(PythonProcess {
+                pid,
+                version,
+                module: PathBuf::from(path),
+                runtime,
+                offsets,
+                reader: ObjectReader {
+                    memory,
+                    offsets,
+                    types,
+                },
+                pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
+                codes: HashMap::new(),
+            }));
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => {
+                debug!(pid, "no module with _PyRuntime: not python");
+                Ok(None)
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `(major, minor)`.
+    pub fn version(&self) -> (u8, u8) {
+        (self.version.major, self.version.minor)
+    }
+
+    /// The module that holds `_PyRuntime` (the executable or libpython),
+    /// as the process maps it.
+    pub fn module(&self) -> &Path {
+        &self.module
+    }
+
+    /// The address of `_PyRuntime` in the process.
+    pub fn runtime_address(&self) -> u64 {
+        self.runtime
+    }
+
+    /// This version's full offset table.
+    pub fn struct_offsets(&self) -> &'static StructOffsets {
+        self.offsets
+    }
+
+    /// The offsets the kernel walker needs for this version.
+    pub fn kernel_offsets(&self) -> PythonOffsets {
+        self.offsets.kernel()
+    }
+
+    /// Every thread of every interpreter (the main one first) as (Linux
+    /// thread id on this host, `PyThreadState` address): what the kernel
+    /// walker starts from.
+    ///
+    /// The interpreters' lists are walked from `_PyRuntime.interpreters`
+    /// (bounded to a few thousand threads, stopping on a cycle or a thread
+    /// state of another interpreter). The thread id is `native_thread_id`
+    /// on 3.11+; 3.8–3.10 do not record it, so it is read from the C
+    /// library's `struct pthread` that `thread_id` (the `pthread_t`) points
+    /// at (the offset calibrated once per process). Either must name a live
+    /// thread of the process, so stale thread states (a thread that
+    /// exited, one not started yet) are left out. Ids are translated from
+    /// the process's PID namespace to this host's. A thread with thread
+    /// states in several interpreters is listed once, with the first found
+    /// (the main interpreter's).
+    pub fn threads(&self) -> Result<Vec<(u32, u64)>, PythonError> {
+        let memory = &self.reader.memory;
+        let raw = parser::list_thread_states(memory, self.offsets, self.runtime)?;
+        let live = parser::live_threads(self.pid)?;
+        let mut result = Vec::with_capacity(raw.len());
+        let mut listed = HashSet::new();
+        let mut via_pthread = Vec::new();
+        for thread in &raw {
+            match thread.native_id.and_then(|id| u32::try_from(id).ok()) {
+                Some(id) if live.contains_key(&id) => {
+                    let host = live[&id];
+                    if listed.insert(host) {
+                        result.push((host, thread.tstate));
+                    }
+                }
+                _ => via_pthread.push(*thread),
+            }
+        }
+        if via_pthread.iter().any(|t| t.pthread != 0) {
+            let offset = match self.pthread_tid_offset.load(Ordering::Relaxed) {
+                PY_NO_OFFSET => {
+                    let pthreads: Vec<u64> = via_pthread.iter().map(|t| t.pthread).collect();
+                    let found = parser::calibrate_pthread_tid(memory, &pthreads, &live)?;
+                    match found {
+                        Some(offset) => {
+                            debug!(pid = self.pid, offset, "tid offset in struct pthread");
+                            self.pthread_tid_offset.store(offset, Ordering::Relaxed);
+                        }
+                        None => debug!(pid = self.pid, "tid offset in struct pthread not found"),
+                    }
+                    found
+                }
+                offset => Some(offset),
+            };
+            for thread in via_pthread {
+                let tid = match offset {
+                    Some(offset) if thread.pthread != 0 => {
+                        match parser::pthread_tid(memory, thread.pthread, offset) {
+                            Ok(tid) => Some(tid),
+                            Err(e) if e.is_process_gone() => return Err(e),
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
+                match tid.and_then(|tid| live.get(&tid)) {
+                    Some(&host) => {
+                        if listed.insert(host) {
+                            result.push((host, thread.tstate));
+                        }
+                    }
+                    None => debug!(
+                        pid = self.pid,
+                        tstate = thread.tstate,
+                        ?tid,
+                        "python thread state of no live thread: left out"
+                    ),
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// The Python frames of one thread, innermost first, read in userspace
+    /// exactly as the kernel walker reads them (see
+    /// [`parser::walk_frames`]): at most `max_frames`, and whether the chain
+    /// went on. For tests, and for checking what the kernel records.
+    pub fn read_stack(
+        &self,
+        tstate: u64,
+        max_frames: usize,
+    ) -> Result<(Vec<PythonFrame>, bool), PythonError> {
+        parser::walk_frames(&self.reader.memory, self.offsets, tstate, max_frames)
+    }
+
+    /// Names a frame: `function (file.py:line)`, or `function (file.py)`
+    /// when the line cannot be computed. See [`frame_location`](Self::frame_location).
+    pub fn frame_name(&mut self, frame: &PythonFrame) -> Result<String, PythonError> {
+        Ok(self.frame_location(frame)?.to_string())
+    }
+
+    /// Where a frame is: its code object's `co_qualname` (3.11+) or
+    /// `co_name`, `co_filename`, and the line of the recorded instruction
+    /// from the version's line table.
+    ///
+    /// Code objects are cached by address. CPython frees code objects (a
+    /// module reloaded, a function defined by `exec`) and may place
+    /// another at the same address, so every call re-reads the code
+    /// object's fixed part (one small read) and uses the cache only if
+    /// its identity is unchanged: the type, first line, and the addresses
+    /// of its name, file name and line table objects. A new code object
+    /// at the same address with all of these equal is named as the old
+    /// one; it then has the same name and file, and the risk left is a
+    /// line computed from a stale table. When the process has exited, a
+    /// cached code object is used as is (its memory can no longer be
+    /// reused), so the last samples of a process that just exited are
+    /// still named.
+    pub fn frame_location(&mut self, frame: &PythonFrame) -> Result<FrameLocation, PythonError> {
+        let header = match self.reader.read_code_header(frame.code) {
+            Ok(header) => Some(header),
+            Err(e) if e.is_process_gone() && self.codes.contains_key(&frame.code) => None,
+            Err(e) => {
+                self.codes.remove(&frame.code);
+                return Err(e);
+            }
+        };
+        let offsets = self.offsets;
+        let info = self.code(frame.code, header)?;
+        Ok(FrameLocation {
+            function: info.function.clone(),
+            file: info.file.clone(),
+            line: info.line(offsets, frame.code, frame.instr),
+        })
+    }
+
+    /// The code object at `addr`, from the cache if its identity still
+    /// matches `header` (`None`: trust the cache).
+    fn code(&mut self, addr: u64, header: Option<CodeHeader>) -> Result<&CodeInfo, PythonError> {
+        let fresh = match (header, self.codes.get(&addr)) {
+            (None, Some(_)) => false,
+            (Some(header), Some(cached)) => cached.header != header,
+            (_, None) => true,
+        };
+        if fresh {
+            let Some(header) = header else {
+                return Err(PythonError::ProcessGone { pid: self.pid });
+            };
+            let info = self.reader.read_code(addr, &header)?;
+            if self.codes.len() >= MAX_CACHED_CODES {
+                debug!(pid = self.pid, "python code cache full: starting over");
+                self.codes.clear();
+            }
+            self.codes.insert(addr, info);
+        }
+        self.codes
+            .get(&addr)
+            .ok_or(PythonError::ProcessGone { pid: self.pid })
+    }
+
+    /// Code objects in the cache.
+    pub fn cached_code_objects(&self) -> usize {
+        self.codes.len()
+    }
+}
+
+/// 3.13 publishes its own offsets in `_Py_DebugOffsets` at the start of
+/// `_PyRuntime`: refuses a build whose offsets differ from the table (a
+/// custom or free-threaded build) rather than misreading it.
+fn check_debug_offsets(
+    memory: &Memory,
+    runtime: u64,
+    offsets: &StructOffsets,
+) -> Result<bool, PythonError> {
+    let block = memory.read_vec(runtime, DEBUG_OFFSETS_READ_LEN)?;
+    if block.get(..8) != Some(&DEBUG_COOKIE[..]) {
+        warn!(
+            pid = memory.pid(),
+            "python 3.13 without _Py_DebugOffsets: unsupported build"
+        );
+        return Ok(false);
+    }
+    let value = |position: u32| parser::field_u64(&block, position).unwrap_or(u64::MAX);
+    let version = PythonVersion::from_hex(value(DEBUG_OFFSETS_VERSION));
+    if version != offsets.version {
+        warn!(pid = memory.pid(), %version, "python 3.13 whose _Py_DebugOffsets say another version");
+        return Ok(false);
+    }
+    if value(DEBUG_OFFSETS_FREE_THREADED) != 0 {
+        debug!(pid = memory.pid(), "free-threaded python 3.13: unsupported");
+        return Ok(false);
+    }
+    for entry in DEBUG_OFFSETS_313 {
+        let ours = offsets.field(entry.field).map(u64::from);
+        let theirs = value(entry.position);
+        if ours != Some(theirs) {
+            warn!(
+                pid = memory.pid(),
+                field = entry.field,
+                ?ours,
+                theirs,
+                "python 3.13 build whose layout differs from sparkprof's table: unsupported"
+            );
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
