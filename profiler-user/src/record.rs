@@ -9,13 +9,13 @@ use std::{
 
 use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
     enrich::{Enricher, ProcessInfo, jvm_threads::DumpPolicy},
     host::{caps::Capabilities, sysctl},
-    symbolize::{Symbolizer, jvm::JitOptions},
+    symbolize::{Symbolizer, jvm::JitOptions, python::PythonProcess},
     write::{WriteOptions, Writer, index::Header},
 };
 
@@ -142,11 +142,43 @@ impl Pipeline {
         if off_cpu && let Err(err) = self.collector.watch_off_cpu(process.pid) {
             warn!(pid = process.pid, "off-CPU time not recorded: {err}");
         }
+        if process.is_python() {
+            self.follow_python(process.pid);
+        }
+    }
+
+    /// Has the sampler follow a CPython process's Python frames, and the
+    /// symbolizer name them.
+    fn follow_python(&mut self, pid: u32) {
+        match PythonProcess::probe(pid) {
+            Ok(Some(python)) => {
+                let (major, minor) = python.version();
+                match self.collector.watch_python(pid, &python.kernel_offsets()) {
+                    Ok(()) => {
+                        info!(pid, "Python {major}.{minor}: following its Python frames");
+                        // Its threads now, not only from the next drain on.
+                        match python.threads() {
+                            Ok(threads) => self.collector.set_python_threads(pid, &threads),
+                            Err(err) => debug!(pid, "Python threads not read yet: {err}"),
+                        }
+                        self.symbolizer.add_python(python);
+                    }
+                    Err(err) => warn!(pid, "Python frames not recorded: {err}"),
+                }
+            }
+            Ok(None) => debug!(pid, "not a CPython this sparkprof can follow"),
+            Err(err) => debug!(pid, "Python interpreter not read: {err}"),
+        }
     }
 
     fn process(&mut self, drain: crate::collect::Drain) {
         for process in self.enricher.discover(&drain) {
             self.watch(&process);
+        }
+        // Python threads come and go: their thread states are read afresh
+        // every drain (a thread younger than that has no Python frames yet).
+        for (pid, threads) in self.symbolizer.python_threads() {
+            self.collector.set_python_threads(pid, &threads);
         }
         let collector = &self.collector;
         let drain = self

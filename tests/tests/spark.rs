@@ -64,6 +64,37 @@ fn spark_stages_are_tagged_per_executor() {
     recording.assert_ok();
 
     check(&truth, &job, &recording.files());
+
+    // Python frames in the workers: the UDF's own function (a Python
+    // function in spark_job.py) shows under each executor that ran it.
+    let mut udf: BTreeMap<String, u64> = BTreeMap::new();
+    for f in recording.files() {
+        if s(&f["role"]) != Some("pyspark-worker") || s(&f["app_id"]) != Some(&truth.app_id) {
+            continue;
+        }
+        let Some(executor) = s(&f["executor_id"]) else {
+            continue;
+        };
+        let samples: u64 = recording
+            .stacks(f)
+            .iter()
+            .filter(|stack| {
+                stack
+                    .frames
+                    .iter()
+                    .any(|frame| frame.starts_with("py_hash (") && frame.contains("spark_job.py"))
+            })
+            .map(|stack| stack.count)
+            .sum();
+        *udf.entry(executor.to_owned()).or_default() += samples;
+    }
+    eprintln!("samples in the UDF py_hash by executor: {udf:?}");
+    for executor in &truth.executors {
+        assert!(
+            udf.get(executor).copied().unwrap_or(0) > 0,
+            "no pyspark-worker sample of executor {executor} names the UDF py_hash: {udf:?}"
+        );
+    }
     eprintln!("whole test {:.1?}", started.elapsed());
 }
 

@@ -25,6 +25,11 @@ pub const VENV_VAR: &str = "SPARKPROF_SPARK_VENV";
 const PREFERRED_PYTHON: &str = "/root/.pyenv/versions/3.11.7/bin/python3";
 /// Written into the venv after a verified install.
 const MARKER: &str = ".sparkprof-pyspark-version";
+/// The py-spy release the Python tests compare against (installed into
+/// the same venv).
+pub const PY_SPY: &str = "0.4.1";
+/// Written into the venv after py-spy installed.
+const PY_SPY_MARKER: &str = ".sparkprof-py-spy-version";
 
 /// The venv the tests use.
 pub fn venv() -> PathBuf {
@@ -104,5 +109,36 @@ pub fn setup() -> Result<PathBuf> {
         );
     }
     std::fs::write(venv.join(MARKER), PYSPARK)?;
+    Ok(venv)
+}
+
+/// Installs py-spy [`PY_SPY`] into the venv of [`setup`] unless it is there
+/// already. Returns the venv (py-spy is `bin/py-spy` in it).
+pub fn setup_with_py_spy() -> Result<PathBuf> {
+    let venv = setup()?;
+    let present = venv.join("bin/py-spy").exists()
+        && std::fs::read_to_string(venv.join(PY_SPY_MARKER)).is_ok_and(|v| v.trim() == PY_SPY);
+    if present {
+        return Ok(venv);
+    }
+    eprintln!("xtask: installing py-spy {PY_SPY} into {}", venv.display());
+    run_cmd(
+        Command::new(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet", "--no-input"])
+            .arg(format!("py-spy=={PY_SPY}")),
+    )
+    .context("pip install py-spy")?;
+    let output = Command::new(venv.join("bin/py-spy"))
+        .arg("--version")
+        .output()
+        .context("running py-spy")?;
+    let version = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() || !version.contains(PY_SPY) {
+        bail!(
+            "py-spy in {} reports {version:?}, expected {PY_SPY}",
+            venv.display()
+        );
+    }
+    std::fs::write(venv.join(PY_SPY_MARKER), PY_SPY)?;
     Ok(venv)
 }

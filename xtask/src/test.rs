@@ -19,8 +19,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     // Components the tests use: a C compiler and a JDK.
     toolchain::apt_install(&["gcc", "libc6-dev", "openjdk-17-jdk-headless"])?;
-    // A real Spark (pyspark from PyPI) for the end-to-end stage-tagging test.
-    let spark_venv = spark::setup()?;
+    // A real Spark (pyspark from PyPI) for the end-to-end stage-tagging
+    // test, and py-spy beside it for the Python-frame comparison.
+    let spark_venv = spark::setup_with_py_spy()?;
     let binary = build()?;
     lint()?;
 

@@ -55,11 +55,15 @@ impl ProcessInfo {
     /// A JVM or a Python interpreter: the processes whose off-CPU time is
     /// recorded by default.
     pub fn is_jvm_or_python(&self) -> bool {
-        self.runtime.is_jvm()
-            || matches!(
-                self.spark.role,
-                Role::Python | Role::PysparkDaemon | Role::PysparkWorker
-            )
+        self.runtime.is_jvm() || self.is_python()
+    }
+
+    /// A Python interpreter (plain, or a PySpark daemon or worker).
+    pub fn is_python(&self) -> bool {
+        matches!(
+            self.spark.role,
+            Role::Python | Role::PysparkDaemon | Role::PysparkWorker
+        )
     }
 
     /// Whether its threads may run Spark tasks (an executor, or a driver in

@@ -1,0 +1,386 @@
+//! Python frames on the real kernel: every CPython installed here (3.8 to
+//! 3.13 under pyenv; on a host without pyenv, the `python3` on PATH),
+//! sampled system-wide at once; deep recursion cut and marked; processes
+//! that exit while they are followed; and agreement with py-spy on the same
+//! workload.
+//!
+//! The workload is `tests/workloads/py_chain.py`.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use sparkprof_tests::{Recorder, Recording, Stack, require_root};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/py_chain.py");
+
+/// The interpreters to test: pyenv's 3.8 to 3.13, else `python3`. Fails
+/// loudly when there is none.
+fn interpreters() -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(u32, String, PathBuf)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/root/.pyenv/versions") {
+        for entry in entries.flatten() {
+            let version = entry.file_name().to_string_lossy().into_owned();
+            let mut parts = version.split('.');
+            let (Some("3"), Some(minor)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(minor) = minor.parse::<u32>() else {
+                continue;
+            };
+            if !(8..=13).contains(&minor) {
+                continue;
+            }
+            let binary = entry.path().join(format!("bin/python3.{minor}"));
+            if binary.exists() {
+                found.push((minor, format!("3.{minor}"), binary));
+            }
+        }
+    }
+    if found.is_empty()
+        && let Ok(output) = Command::new("python3").arg("--version").output()
+        && output.status.success()
+    {
+        found.push((0, "python3".into(), PathBuf::from("python3")));
+    }
+    assert!(
+        !found.is_empty(),
+        "no CPython 3.8-3.13 here (pyenv or python3): the Python tests need one"
+    );
+    // Oldest first, so that `pop` gives the newest.
+    found.sort();
+    found
+        .into_iter()
+        .map(|(_, version, binary)| (version, binary))
+        .collect()
+}
+
+/// A running `py_chain.py`, killed when dropped.
+struct PyChain {
+    child: Child,
+}
+
+impl PyChain {
+    fn start(python: &Path, mode: &str, seconds: f64) -> Self {
+        let mut child = Command::new(python)
+            .args([SCRIPT, mode, &seconds.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|err| panic!("starting {}: {err}", python.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "{} did not start", python.display());
+        Self { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait(mut self) {
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "py_chain.py failed: {status}");
+    }
+}
+
+impl Drop for PyChain {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// On-CPU stacks of a process.
+fn cpu_stacks(recording: &Recording, pid: u32) -> Vec<Stack> {
+    recording
+        .files_of(pid)
+        .into_iter()
+        .filter(|entry| entry["kind"] == "cpu")
+        .flat_map(|entry| recording.stacks(entry))
+        .collect()
+}
+
+/// Whether `frame` is the Python function `function` of the workload.
+fn is_function(frame: &str, function: &str) -> bool {
+    frame.starts_with(&format!("{function} (")) && frame.contains("py_chain.py")
+}
+
+/// `functions` appear in `stack` in this order (others may sit between).
+fn has_chain(stack: &Stack, functions: &[&str]) -> bool {
+    let mut wanted = functions.iter().peekable();
+    for frame in &stack.frames {
+        if wanted.peek().is_some_and(|f| is_function(frame, f)) {
+            wanted.next();
+        }
+    }
+    wanted.peek().is_none()
+}
+
+/// The line of the first line of the workload that contains `text`.
+fn line_of(text: &str) -> usize {
+    let source = std::fs::read_to_string(SCRIPT).unwrap();
+    source
+        .lines()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("{text:?} not in {SCRIPT}"))
+        + 1
+}
+
+const CHAINS: [&[&str]; 3] = [
+    &["outer", "middle", "inner"],
+    &["worker_a", "spin_a"],
+    &["worker_b", "spin_b"],
+];
+
+#[test]
+fn python_call_chains_in_every_version() {
+    require_root();
+    let interpreters = interpreters();
+    // Every interpreter at once, each with three busy threads; sparkprof
+    // finds them as it starts.
+    let workloads: Vec<(String, PyChain)> = interpreters
+        .iter()
+        .map(|(version, python)| (version.clone(), PyChain::start(python, "chain", 9.0)))
+        .collect();
+    let recorder = Recorder::start(&["--frequency", "499"]);
+    std::thread::sleep(Duration::from_secs(5));
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let middle_line = format!("py_chain.py:{})", line_of("    return inner(deadline)"));
+    let outer_line = format!("py_chain.py:{})", line_of("    return middle(deadline)"));
+    let mut failures = Vec::new();
+    for (version, workload) in &workloads {
+        let stacks = cpu_stacks(&recording, workload.pid());
+        let total: u64 = stacks.iter().map(|s| s.count).sum();
+        let chained: u64 = stacks
+            .iter()
+            .filter(|s| CHAINS.iter().any(|chain| has_chain(s, chain)))
+            .map(|s| s.count)
+            .sum();
+        let per_chain: Vec<u64> = CHAINS
+            .iter()
+            .map(|chain| {
+                stacks
+                    .iter()
+                    .filter(|s| has_chain(s, chain))
+                    .map(|s| s.count)
+                    .sum()
+            })
+            .collect();
+        // The call sites' lines are exact.
+        let lines_right = stacks.iter().filter(|s| has_chain(s, CHAINS[0])).all(|s| {
+            s.frames
+                .iter()
+                .filter(|f| is_function(f, "middle"))
+                .all(|f| f.ends_with(&middle_line))
+                && s.frames
+                    .iter()
+                    .filter(|f| is_function(f, "outer"))
+                    .all(|f| f.ends_with(&outer_line))
+        });
+        let share = 100.0 * chained as f64 / total.max(1) as f64;
+        eprintln!(
+            "Python {version} (pid {}): {chained} of {total} samples ({share:.1} %) carry a \
+             chain in order; per chain {per_chain:?}; call lines right: {lines_right}",
+            workload.pid()
+        );
+        if total < 100 || share < 90.0 || per_chain.iter().any(|&n| n * 10 < total / 3) {
+            let sample: Vec<String> = stacks.iter().take(5).map(|s| s.frames.join(";")).collect();
+            failures.push(format!(
+                "Python {version}: {chained} of {total} samples in a chain, per chain \
+                 {per_chain:?}; e.g. {sample:#?}"
+            ));
+        }
+        if !lines_right {
+            failures.push(format!(
+                "Python {version}: a call line is not {middle_line} / {outer_line}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn deep_recursion_is_cut_and_marked() {
+    require_root();
+    let (version, python) = interpreters().pop().unwrap();
+    let workload = PyChain::start(&python, "deep", 7.0);
+    let recorder = Recorder::start(&["--pid", &workload.pid().to_string()]);
+    std::thread::sleep(Duration::from_secs(4));
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let stacks = cpu_stacks(&recording, workload.pid());
+    let total: u64 = stacks.iter().map(|s| s.count).sum();
+    // 250 recursive calls are deeper than the kernel records: the stack
+    // keeps the innermost frames, says it was cut, and never shows main.
+    let cut: u64 = stacks
+        .iter()
+        .filter(|s| {
+            let recursions = s
+                .frames
+                .iter()
+                .filter(|f| is_function(f, "recurse"))
+                .count();
+            s.frames.iter().any(|f| f == "[truncated]")
+                && recursions >= 40
+                && has_chain(s, &["recurse", "inner"])
+        })
+        .map(|s| s.count)
+        .sum();
+    let with_main: u64 = stacks
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| is_function(f, "main")))
+        .map(|s| s.count)
+        .sum();
+    eprintln!("Python {version}: {cut} of {total} samples cut and marked, {with_main} with main");
+    assert!(total >= 100, "only {total} samples");
+    assert!(cut * 10 >= total * 9, "{cut} of {total} cut and marked");
+    assert_eq!(with_main, 0, "the root of a cut stack cannot be known");
+}
+
+#[test]
+fn python_processes_that_come_and_go() {
+    require_root();
+    let (version, python) = interpreters().pop().unwrap();
+    let recorder = Recorder::start(&[]);
+    let started = Instant::now();
+    let mut short_lived = Vec::new();
+    // Processes that start, run Python for a moment and exit while
+    // sparkprof reads their interpreter and threads.
+    while started.elapsed() < Duration::from_secs(5) {
+        let workload = PyChain::start(&python, "chain", 0.15);
+        short_lived.push(workload.pid());
+        workload.wait();
+    }
+    let survivor = PyChain::start(&python, "chain", 4.0);
+    std::thread::sleep(Duration::from_secs(3));
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    assert!(
+        !recording.log.contains("panicked"),
+        "sparkprof panicked: {}",
+        recording.log
+    );
+    // The daemon kept working: the process that stayed has its chains.
+    let stacks = cpu_stacks(&recording, survivor.pid());
+    let chained: u64 = stacks
+        .iter()
+        .filter(|s| CHAINS.iter().any(|chain| has_chain(s, chain)))
+        .map(|s| s.count)
+        .sum();
+    eprintln!(
+        "Python {version}: {} short-lived processes; the survivor has {chained} chained samples",
+        short_lived.len()
+    );
+    assert!(short_lived.len() >= 5, "{} processes", short_lived.len());
+    assert!(chained >= 50, "survivor: {chained} chained samples");
+}
+
+/// py-spy from PyPI, installed by `cargo xtask test` (pinned) into the
+/// Spark venv named by `SPARKPROF_SPARK_VENV`.
+fn py_spy() -> PathBuf {
+    let venv = std::env::var_os("SPARKPROF_SPARK_VENV").expect(
+        "SPARKPROF_SPARK_VENV (the venv with py-spy) is not set: run the tests with `cargo xtask test`",
+    );
+    let binary = Path::new(&venv).join("bin/py-spy");
+    assert!(binary.exists(), "no py-spy at {}", binary.display());
+    binary
+}
+
+/// Shares (percent) of the samples whose innermost workload function is
+/// each of `leaves`, from folded stacks whose frames name functions as
+/// `function (file:line)`.
+fn leaf_shares(stacks: &[(Vec<String>, u64)], leaves: &[&str]) -> Vec<f64> {
+    let innermost = |frames: &[String]| -> Option<String> {
+        frames
+            .iter()
+            .rev()
+            .find(|f| f.contains("py_chain.py"))
+            .map(|f| f.split(" (").next().unwrap_or(f).trim().to_owned())
+    };
+    let total: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| innermost(frames).is_some())
+        .map(|(_, n)| n)
+        .sum();
+    leaves
+        .iter()
+        .map(|leaf| {
+            let n: u64 = stacks
+                .iter()
+                .filter(|(frames, _)| innermost(frames).as_deref() == Some(leaf))
+                .map(|(_, n)| n)
+                .sum();
+            100.0 * n as f64 / total.max(1) as f64
+        })
+        .collect()
+}
+
+#[test]
+fn agrees_with_py_spy_on_the_same_workload() {
+    require_root();
+    let py_spy = py_spy();
+    let (version, python) = interpreters()
+        .into_iter()
+        .rfind(|(version, _)| version != "3.13")
+        .unwrap_or_else(|| interpreters().pop().unwrap());
+    let workload = PyChain::start(&python, "chain", 9.0);
+    let pid = workload.pid().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("py-spy.txt");
+    let recorder = Recorder::start(&["--pid", &pid]);
+    let status = Command::new(&py_spy)
+        .args([
+            "record",
+            "--format",
+            "raw",
+            "--rate",
+            "99",
+            "--duration",
+            "5",
+        ])
+        .args(["--nonblocking", "--pid", &pid, "--output"])
+        .arg(&raw)
+        .stdout(Stdio::null())
+        .status()
+        .expect("running py-spy");
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    assert!(status.success(), "py-spy failed: {status}");
+    let spy: Vec<(Vec<String>, u64)> = std::fs::read_to_string(&raw)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (stack, count) = line.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_owned).collect(),
+                count.parse().ok()?,
+            ))
+        })
+        .collect();
+    let ours: Vec<(Vec<String>, u64)> = cpu_stacks(&recording, workload.pid())
+        .into_iter()
+        .map(|s| (s.frames, s.count))
+        .collect();
+    let leaves = ["inner", "spin_a", "spin_b"];
+    let (spy_shares, our_shares) = (leaf_shares(&spy, &leaves), leaf_shares(&ours, &leaves));
+    eprintln!(
+        "Python {version}: py-spy {spy_shares:?}, sparkprof {our_shares:?} (% of {leaves:?})"
+    );
+    for ((leaf, theirs), ours) in leaves.iter().zip(&spy_shares).zip(&our_shares) {
+        assert!(
+            (theirs - ours).abs() <= 5.0,
+            "{leaf}: py-spy {theirs:.1} %, sparkprof {ours:.1} %"
+        );
+    }
+    assert!(
+        spy_shares.iter().sum::<f64>() > 90.0,
+        "py-spy saw the workload's functions in {spy_shares:?}"
+    );
+}

@@ -1,0 +1,94 @@
+"""A Python workload with known call chains, for sparkprof's Python-frame
+tests. Runs on CPython 3.8 to 3.13 (no newer syntax).
+
+usage: python py_chain.py MODE SECONDS
+
+  chain    the main thread runs outer -> middle -> inner (CPU-bound), and
+           two more threads run worker_a -> spin_a and worker_b -> spin_b
+  deep     the main thread recurses 250 deep in recurse, then runs inner
+  sleeper  the main thread sleeps in nap (for the attach and exit tests)
+
+Prints "ready" once every thread runs, then works for SECONDS.
+"""
+
+import sys
+import threading
+import time
+
+
+def inner(deadline):
+    total = 0
+    while time.time() < deadline:
+        for i in range(2000):
+            total += i * i
+    return total
+
+
+def middle(deadline):
+    return inner(deadline)
+
+
+def outer(deadline):
+    return middle(deadline)
+
+
+def spin_a(deadline):
+    total = 0
+    while time.time() < deadline:
+        for i in range(2000):
+            total ^= i
+    return total
+
+
+def worker_a(deadline):
+    return spin_a(deadline)
+
+
+def spin_b(deadline):
+    total = 1
+    while time.time() < deadline:
+        for i in range(2000):
+            total = (total * 3 + i) % 1000003
+    return total
+
+
+def worker_b(deadline):
+    return spin_b(deadline)
+
+
+def recurse(depth, deadline):
+    if depth == 0:
+        return inner(deadline)
+    return recurse(depth - 1, deadline)
+
+
+def nap(deadline):
+    while time.time() < deadline:
+        time.sleep(0.05)
+
+
+def main():
+    mode, seconds = sys.argv[1], float(sys.argv[2])
+    deadline = time.time() + seconds
+    sys.setrecursionlimit(10000)
+    threads = []
+    if mode == "chain":
+        for target in (worker_a, worker_b):
+            thread = threading.Thread(target=target, args=(deadline,))
+            thread.start()
+            threads.append(thread)
+    print("ready", flush=True)
+    if mode == "chain":
+        outer(deadline)
+    elif mode == "deep":
+        recurse(250, deadline)
+    elif mode == "sleeper":
+        nap(deadline)
+    else:
+        sys.exit("unknown mode " + mode)
+    for thread in threads:
+        thread.join()
+
+
+if __name__ == "__main__":
+    main()
