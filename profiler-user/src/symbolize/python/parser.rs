@@ -270,9 +270,12 @@ pub struct ModuleSymbols {
     pub code_type: Option<u64>,
     pub unicode_type: Option<u64>,
     pub bytes_type: Option<u64>,
-    /// The version of the `PY_VERSION` string in `.rodata`, read when
-    /// there is no `Py_Version` (3.8–3.10 binaries not named `python3.X`).
-    pub rodata_version: Option<PythonVersion>,
+    /// The version told by which API functions the module exports, for
+    /// modules without `Py_Version` (3.8–3.10) whose file name does not
+    /// say: see [`MARKERS`]. (The `PY_VERSION` string is no help: compilers
+    /// store the short literal as immediates in the code, and none of the
+    /// 3.8–3.10 libraries installed here has it in `.rodata`.)
+    pub marker_version: Option<PythonVersion>,
     /// Loadable segments: (virtual address, file offset, file size).
     pub segments: Vec<(u64, u64, u64)>,
 }
@@ -321,15 +324,29 @@ impl ModuleSymbols {
             return Ok(symbols);
         }
         // Everything is exported (extension modules link against it), so
-        // `.dynsym` suffices; `.symtab` is the fallback for odd builds.
+        // `.dynsym` suffices. `.symtab` is the fallback for odd builds
+        // (a static interpreter that exports nothing), searched only in a
+        // file that looks like Python: it can be tens of megabytes in any
+        // large executable, and every executable on the host is probed.
+        let mut exports_python = false;
+        let mut newest_marker = None;
         for symbol in elf.dynamic_symbols() {
-            if let Ok(name) = symbol.name_bytes()
-                && SYMBOL_NAMES.iter().any(|n| n.as_bytes() == name)
-            {
-                symbols.set(name, symbol.address());
+            if let Ok(name) = symbol.name_bytes() {
+                exports_python |= name.starts_with(b"Py_") || name.starts_with(b"_Py");
+                if SYMBOL_NAMES.iter().any(|n| n.as_bytes() == name) {
+                    symbols.set(name, symbol.address());
+                }
+                if symbol.is_definition()
+                    && let Some(&(_, version)) = MARKERS.iter().find(|(n, _)| n.as_bytes() == name)
+                {
+                    newest_marker = newest_marker.max(Some(version));
+                }
             }
         }
-        if !symbols.complete() {
+        let named_python = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().to_ascii_lowercase().contains("python"));
+        if !symbols.complete() && (exports_python || named_python) {
             for symbol in elf.symbols() {
                 if let Ok(name) = symbol.name_bytes()
                     && SYMBOL_NAMES.iter().any(|n| n.as_bytes() == name)
@@ -348,11 +365,9 @@ impl ModuleSymbols {
                 (s.address(), offset, size)
             })
             .collect();
-        if symbols.py_version.is_none()
-            && let Some(rodata) = elf.section_by_name(".rodata")
-            && let Ok(data) = rodata.data()
-        {
-            symbols.rodata_version = version_from_rodata(data);
+        if symbols.py_version.is_none() {
+            // With `_PyRuntime` (3.7+) and none of the markers: 3.7.
+            symbols.marker_version = newest_marker.or(Some(PythonVersion::new(3, 7)));
         }
         Ok(symbols)
     }
@@ -378,44 +393,15 @@ impl ModuleSymbols {
     }
 }
 
-/// The CPython version of a `PY_VERSION` string (`3.8.18`, `3.10.0rc1`,
-/// `3.9.18+`) found whole between NULs in `.rodata`, if exactly one minor
-/// version appears.
-pub fn version_from_rodata(data: &[u8]) -> Option<PythonVersion> {
-    let mut found = HashSet::new();
-    for s in data.split(|&b| b == 0) {
-        if s.len() < 5 || s.len() > 16 || !s.starts_with(b"3.") {
-            continue;
-        }
-        let Ok(s) = std::str::from_utf8(s) else {
-            continue;
-        };
-        let mut parts = s.splitn(3, '.');
-        let (Some(_), Some(minor), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let suffix = &rest[digits..];
-        let suffix_ok = suffix.is_empty()
-            || suffix == "+"
-            || ["a", "b", "rc"].iter().any(|p| {
-                suffix.strip_prefix(p).is_some_and(|n| {
-                    let n = n.trim_end_matches('+');
-                    !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
-                })
-            });
-        if digits == 0 || !suffix_ok || minor.is_empty() || minor.len() > 2 {
-            continue;
-        }
-        if let Ok(minor) = minor.parse::<u8>() {
-            found.insert(minor);
-        }
-    }
-    (found.len() == 1)
-        .then(|| found.into_iter().next())
-        .flatten()
-        .map(|minor| PythonVersion::new(3, minor))
-}
+/// API functions that appeared in a version and stayed exported through
+/// 3.10: the newest one a module exports tells its version when nothing
+/// else does. (Checked against the installed 3.8 to 3.13 libraries by the
+/// tests.)
+pub const MARKERS: [(&str, PythonVersion); 3] = [
+    ("PyCode_NewWithPosOnlyArgs", PythonVersion::new(3, 8)),
+    ("PyFrame_GetCode", PythonVersion::new(3, 9)),
+    ("PyModule_AddObjectRef", PythonVersion::new(3, 10)),
+];
 
 /// What a module's file name says: `python3.11`, `libpython3.11.so.1.0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1213,18 +1199,6 @@ mod tests {
     }
 
     #[test]
-    fn rodata_version_needs_one_minor() {
-        let data = b"\0hello\x003.9.18\0%s (%s) %s\x003.9.18\0";
-        assert_eq!(version_from_rodata(data), Some(PythonVersion::new(3, 9)));
-        assert_eq!(
-            version_from_rodata(b"\x003.10.0rc1\0"),
-            Some(PythonVersion::new(3, 10))
-        );
-        assert_eq!(version_from_rodata(b"\x003.9.1\x003.10.2\0"), None);
-        assert_eq!(version_from_rodata(b"\x003.9.x\0"), None);
-    }
-
-    #[test]
     fn maps_lines_parse() {
         let text = "\
 7f00-7f10 r--p 00000000 08:01 1234 /usr/lib/libpython3.11.so.1.0
@@ -1364,6 +1338,38 @@ mod tests {
                 let _ = t.line_at(u32::MAX);
             }
         }
+    }
+
+    /// A C library other than glibc: the tid is found by scanning.
+    #[test]
+    fn pthread_tid_offset_is_calibrated() {
+        let pid = std::process::id();
+        let live = live_threads(pid).unwrap();
+        let memory = Memory::new(pid);
+        // This thread's own pthread_t: glibc's offset.
+        // SAFETY: plain libc call without arguments.
+        let me = unsafe { libc::pthread_self() } as u64;
+        assert_eq!(
+            calibrate_pthread_tid(&memory, &[me], &live).unwrap(),
+            Some(GLIBC_PTHREAD_TID_OFFSET)
+        );
+        // A fake struct pthread with the tid elsewhere (and none at
+        // glibc's offset).
+        // SAFETY: plain system call.
+        let tid = unsafe { libc::gettid() } as u32;
+        let mut fake = vec![0u8; PTHREAD_SCAN_BYTES];
+        fake[0x1c0..0x1c4].copy_from_slice(&tid.to_le_bytes());
+        let fake_addr = fake.as_ptr() as u64;
+        assert_eq!(
+            calibrate_pthread_tid(&memory, &[fake_addr], &live).unwrap(),
+            Some(0x1c0)
+        );
+        assert_eq!(pthread_tid(&memory, fake_addr, 0x1c0).unwrap(), tid);
+        // Two threads that claim the same tid: no consistent offset.
+        assert_eq!(
+            calibrate_pthread_tid(&memory, &[fake_addr, fake_addr], &live).unwrap(),
+            None
+        );
     }
 
     #[test]

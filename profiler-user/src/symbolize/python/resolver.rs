@@ -86,7 +86,8 @@ impl PythonProcess {
     /// /proc/PID/root) whose ELF symbols have `_PyRuntime`, its load
     /// address from /proc/PID/maps, and the version (the `Py_Version`
     /// symbol on 3.11+, else the module's file name `python3.X` /
-    /// `libpython3.X.so*`, else the `PY_VERSION` string in `.rodata`).
+    /// `libpython3.X.so*`, else, on 3.8–3.10, which API functions it
+    /// exports; the `PY_VERSION` string is not in these builds' data).
     /// `Ok(None)` when the process is not CPython or its version or build
     /// is unsupported (said in a debug log); `Err` only for real errors
     /// (process gone, files unreadable).
@@ -145,7 +146,7 @@ impl PythonProcess {
                 }
                 (Some(version), _) => version,
                 (None, Some(FileNameVersion::Version(version))) => version,
-                (None, None) => match symbols.rodata_version {
+                (None, None) => match symbols.marker_version {
                     Some(version) => version,
                     None => {
                         debug!(pid, module = %path, "python of unknown version: unsupported");

@@ -392,16 +392,19 @@ struct Started {
 
 impl Started {
     fn python(python: &Path, script: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(python)
-            .arg("-I")
-            .arg(script)
-            .args(args)
+        let mut command = Command::new(python);
+        command.arg("-I").arg(script).args(args);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
+            .unwrap_or_else(|e| panic!("{command:?}: {e}"));
         let stdout = child.stdout.take().unwrap();
         let (send, lines) = mpsc::channel();
         thread::spawn(move || {
@@ -752,6 +755,146 @@ fn python_3_12() {
 #[test]
 fn python_3_13() {
     check_version(13);
+}
+
+/// The symbols and version of every installed libpython, as a probe
+/// reads them: `Py_Version` from 3.11, the exported API before.
+#[test]
+fn installed_libraries_have_symbols_and_versions() {
+    for minor in 8..=13u8 {
+        let install = interpreter(minor);
+        let lib = install
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(format!("lib/libpython3.{minor}.so.1.0"));
+        let file = fs::File::open(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
+        let symbols = parser::ModuleSymbols::load(file, &lib).unwrap();
+        assert!(symbols.runtime.is_some(), "{}", lib.display());
+        assert!(symbols.code_type.is_some() && symbols.unicode_type.is_some());
+        assert!(symbols.bytes_type.is_some());
+        assert!(!symbols.segments.is_empty());
+        if minor >= 11 {
+            assert!(symbols.py_version.is_some(), "{}", lib.display());
+        } else {
+            assert_eq!(
+                symbols.marker_version,
+                Some(super::PythonVersion::new(3, minor)),
+                "{}",
+                lib.display()
+            );
+        }
+    }
+}
+
+/// A libpython whose file name does not tell the version (and no
+/// `Py_Version`, 3.8–3.10): the version comes from its exported API.
+#[test]
+fn version_from_exported_api() {
+    for minor in 8..=10u8 {
+        let python = interpreter(minor);
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("chain_😀.py");
+        fs::write(&script, SCRIPT).unwrap();
+        let lib = python
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(format!("lib/libpython3.{minor}.so.1.0"));
+        let renamed = dir.path().join("libpython-custom.so");
+        fs::copy(&lib, &renamed).unwrap();
+        // The loader finds the soname through the link; the process maps
+        // (and /proc shows) the file it points to.
+        std::os::unix::fs::symlink(&renamed, dir.path().join(lib.file_name().unwrap())).unwrap();
+        let mut command = Command::new(&python);
+        command
+            .arg("-I")
+            .arg(&script)
+            .env("LD_LIBRARY_PATH", dir.path());
+        let started = Started::spawn(command);
+        assert_eq!(started.line(), "ready");
+        let pid = started.pid();
+        wait_until_asleep(pid, 3);
+        let mut process = PythonProcess::probe(pid).unwrap().unwrap();
+        assert_eq!(process.module(), renamed, "3.{minor}");
+        assert_eq!(process.version(), (3, minor));
+        let threads = process.threads().unwrap();
+        let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+        let stack = named_stack(&mut process, tstate);
+        assert_frames(
+            &stack,
+            &chain(minor),
+            script.to_str().unwrap(),
+            &format!("3.{minor} renamed"),
+        );
+    }
+}
+
+/// A process in its own PID namespace (as in a container): the thread
+/// ids CPython and the C library record are the namespace's; the list
+/// gives this host's.
+fn check_pid_namespace(minor: u8) {
+    let python = interpreter(minor);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("chain_😀.py");
+    fs::write(&script, SCRIPT).unwrap();
+    let mut command = Command::new("unshare");
+    command
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(&python)
+        .arg("-I")
+        .arg(&script);
+    let mut started = Started::spawn(command);
+    let unshare = started.pid();
+    assert_eq!(started.line(), "ready");
+    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+    let pid: u32 = children
+        .split_whitespace()
+        .next()
+        .expect("unshare's child")
+        .parse()
+        .unwrap();
+    started.extra.push(pid);
+    wait_until_asleep(pid, 3);
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1")),
+        "not pid 1 of a namespace: {status}"
+    );
+
+    let mut process = PythonProcess::probe(pid).unwrap().unwrap();
+    assert_eq!(process.version(), (3, minor));
+    let threads = process.threads().unwrap();
+    assert_eq!(
+        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        tasks(pid),
+        "3.{minor} in a PID namespace"
+    );
+    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+    let stack = named_stack(&mut process, tstate);
+    let mut main_chain = chain(minor);
+    main_chain.push(expect("main", mark("call entry")));
+    main_chain.push(expect("<module>", mark("call main")));
+    assert_frames(
+        &stack,
+        &main_chain,
+        script.to_str().unwrap(),
+        &format!("3.{minor} namespace"),
+    );
+}
+
+#[test]
+fn pid_namespace_3_9() {
+    check_pid_namespace(9);
+}
+
+#[test]
+fn pid_namespace_3_12() {
+    check_pid_namespace(12);
 }
 
 /// Debian's own `/usr/bin/python3.11` links libpython statically: the
