@@ -17,7 +17,7 @@ use std::{
     sync::{Arc, Mutex, OnceLock},
 };
 
-use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 use profiler_common::{PY_NO_OFFSET, PythonFrame, python_layout};
 use tracing::debug;
 
