@@ -397,10 +397,19 @@ impl Symbolizer {
 /// interpreters keep no frame pointers, so the native walk often ends at
 /// the leaf) the Python frames go above all native ones: the native frames
 /// are then what the innermost Python frame was running.
+///
+/// Native frames that could not be named are dropped from such a sample:
+/// with no frame pointers in the interpreter, the native walk past the
+/// leaf follows whatever the frame register held, and what it finds is
+/// mostly not code.
 fn merge_python(native: Vec<Frame>, python: Vec<Frame>) -> Vec<Frame> {
     if python.is_empty() {
         return native;
     }
+    let native: Vec<Frame> = native
+        .into_iter()
+        .filter(|frame| !(frame.kind == FrameKind::User && &*frame.name == "[unknown]"))
+        .collect();
     let is_eval = |frame: &Frame| {
         (frame.kind == FrameKind::User && frame.name.starts_with("_PyEval_EvalFrame"))
             || (frame.kind == FrameKind::Jit && frame.name.starts_with("py::"))
@@ -456,6 +465,7 @@ mod tests {
     fn python_frames_replace_the_evaluation_loop() {
         let native = vec![
             frame("main", FrameKind::User),
+            frame("[unknown]", FrameKind::User),
             frame("Py_RunMain", FrameKind::User),
             frame("_PyEval_EvalFrameDefault", FrameKind::User),
             frame("_PyFunction_Vectorcall", FrameKind::User),
