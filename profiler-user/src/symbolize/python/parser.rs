@@ -178,7 +178,9 @@ pub fn process_exists(pid: u32) -> bool {
 /// An error on a /proc file of `pid`: [`PythonError::ProcessGone`] when the
 /// process went away.
 pub fn proc_error(pid: u32, path: PathBuf, source: io::Error) -> PythonError {
-    if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) || !process_exists(pid) {
+    // A missing file may be a module path that no longer exists: only the
+    // process's own /proc entry tells that the process went away.
+    if source.raw_os_error() == Some(libc::ESRCH) || !process_exists(pid) {
         PythonError::ProcessGone { pid }
     } else {
         PythonError::Io { path, source }
@@ -446,7 +448,8 @@ fn symbol_cache() -> &'static SymbolCache {
     static CACHE: OnceLock<SymbolCache> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
-const SYMBOL_CACHE_ENTRIES: usize = 256;
+/// Files remembered (most are not Python, and their entry is small).
+const SYMBOL_CACHE_ENTRIES: usize = 4096;
 
 /// Opens the file behind a mapping: through `/proc/PID/map_files`, which
 /// is exactly the mapped file even if it was replaced or deleted, and

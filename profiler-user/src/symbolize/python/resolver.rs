@@ -127,10 +127,16 @@ impl PythonProcess {
             let runtime = runtime.wrapping_add(bias);
             let name = parser::file_name(&path);
             let from_name = parser::version_from_file_name(name);
-            let from_symbol = match symbols.py_version {
-                Some(address) => Some(PythonVersion::from_hex(
-                    memory.read_u64(address.wrapping_add(bias))?,
-                )),
+            let from_symbol = match symbols
+                .py_version
+                .map(|address| memory.read_u64(address.wrapping_add(bias)))
+            {
+                Some(Ok(hex)) => Some(PythonVersion::from_hex(hex)),
+                Some(Err(e)) if e.is_process_gone() => return Err(e),
+                Some(Err(e)) => {
+                    debug!(pid, module = %path, error = %e, "Py_Version unreadable");
+                    None
+                }
                 None => None,
             };
             let version = match (from_symbol, from_name) {
@@ -391,7 +397,14 @@ fn check_debug_offsets(
     runtime: u64,
     offsets: &StructOffsets,
 ) -> Result<bool, PythonError> {
-    let block = memory.read_vec(runtime, DEBUG_OFFSETS_READ_LEN)?;
+    let block = match memory.read_vec(runtime, DEBUG_OFFSETS_READ_LEN) {
+        Ok(block) => block,
+        Err(e) if e.is_process_gone() => return Err(e),
+        Err(e) => {
+            debug!(pid = memory.pid(), error = %e, "python 3.13 _PyRuntime unreadable");
+            return Ok(false);
+        }
+    };
     if block.get(..8) != Some(&DEBUG_COOKIE[..]) {
         warn!(
             pid = memory.pid(),

@@ -17,7 +17,7 @@ use std::{
 use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, python_layout};
 
 use super::{
-    PythonProcess, StructOffsets,
+    PythonError, PythonProcess, StructOffsets,
     parser::{self, Memory},
     types::{ALL, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_VERSION},
 };
@@ -956,4 +956,55 @@ fn exited_process_is_an_error() {
     child.wait().unwrap();
     let error = PythonProcess::probe(pid).unwrap_err();
     assert!(error.is_process_gone(), "{error}");
+}
+
+/// Every process on the host probes without a panic, and only a process
+/// that exited meanwhile is an error.
+#[test]
+fn every_process_on_the_host_probes() {
+    let start = Instant::now();
+    let (mut found, mut probed, mut denied) = (0, 0, 0);
+    for entry in fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        probed += 1;
+        match PythonProcess::probe(pid) {
+            Ok(Some(mut process)) => {
+                found += 1;
+                // Whatever these Pythons run, listing and naming do not
+                // fail short of the process exiting.
+                let Ok(threads) = process.threads() else {
+                    continue;
+                };
+                for (_, tstate) in threads {
+                    let Ok((frames, _)) = process.read_stack(tstate, PY_MAX_FRAMES) else {
+                        continue;
+                    };
+                    for frame in frames {
+                        let _ = process.frame_name(&frame);
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) if e.is_process_gone() => {}
+            // Processes this root may not read (here: pid 1, outside
+            // this machine's user namespace) are an error too, not a
+            // panic and not "not Python".
+            Err(PythonError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                denied += 1;
+            }
+            Err(e) => panic!("pid {pid}: {e}"),
+        }
+    }
+    eprintln!(
+        "{probed} processes probed ({found} Python, {denied} unreadable) in {:?}",
+        start.elapsed()
+    );
 }
