@@ -335,7 +335,7 @@ impl ModuleSymbols {
         for symbol in elf.dynamic_symbols() {
             if let Ok(name) = symbol.name_bytes() {
                 exports_python |= name.starts_with(b"Py_") || name.starts_with(b"_Py");
-                if SYMBOL_NAMES.iter().any(|n| n.as_bytes() == name) {
+                if symbol.is_definition() && SYMBOL_NAMES.iter().any(|n| n.as_bytes() == name) {
                     symbols.set(name, symbol.address());
                 }
                 if symbol.is_definition()
@@ -351,6 +351,7 @@ impl ModuleSymbols {
         if !symbols.complete() && (exports_python || named_python) {
             for symbol in elf.symbols() {
                 if let Ok(name) = symbol.name_bytes()
+                    && symbol.is_definition()
                     && SYMBOL_NAMES.iter().any(|n| n.as_bytes() == name)
                 {
                     symbols.set(name, symbol.address());
@@ -507,23 +508,21 @@ pub fn module_symbols(pid: u32, mapping: &FileMapping) -> Result<Arc<ModuleSymbo
     Ok(symbols)
 }
 
-/// The module of a process that may hold the interpreter, in the order to
-/// try them: every mapped `libpython*.so*`, then the executable.
+/// The modules of a process that may hold the interpreter, in the order to
+/// try them: the executable, then every mapped `libpython*.so*`. The
+/// executable comes first because when it defines `_PyRuntime` its copy is
+/// the live one: it is a static interpreter, or a non-PIE program whose
+/// reference to libpython's `_PyRuntime` became a copy relocation (the
+/// loader then binds every use, libpython's own included, to the
+/// executable's copy).
 pub fn candidate_modules(pid: u32, mappings: &[FileMapping]) -> Result<Vec<String>, PythonError> {
     let mut candidates: Vec<String> = Vec::new();
-    for m in mappings {
-        let name = file_name(&m.path);
-        if name.starts_with("libpython") && name.contains(".so") && !candidates.contains(&m.path) {
-            candidates.push(m.path.clone());
-        }
-    }
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
     match fs::read_link(&exe) {
         Ok(target) => {
             let target = target.to_string_lossy();
             let target = target.trim_end_matches(" (deleted)");
-            if !candidates.iter().any(|c| c == target) && mappings.iter().any(|m| m.path == target)
-            {
+            if mappings.iter().any(|m| m.path == target) {
                 candidates.push(target.to_owned());
             }
         }
@@ -531,6 +530,12 @@ pub fn candidate_modules(pid: u32, mappings: &[FileMapping]) -> Result<Vec<Strin
         // /proc entry.
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) && process_exists(pid) => {}
         Err(e) => return Err(proc_error(pid, exe, e)),
+    }
+    for m in mappings {
+        let name = file_name(&m.path);
+        if name.starts_with("libpython") && name.contains(".so") && !candidates.contains(&m.path) {
+            candidates.push(m.path.clone());
+        }
     }
     Ok(candidates)
 }
@@ -720,10 +725,14 @@ impl ObjectReader {
         let o = self.offsets;
         let function = self.read_unicode(header.name)?;
         let file = self.read_unicode(header.filename)?;
+        // The bytecode's length only bounds the instructions accepted.
         let code_bytes = match header.size {
             Some(units) => Some(units * 2),
-            None if header.code != 0 => Some(self.bytes_extent(header.code)?.0),
-            None => None,
+            None => match self.bytes_extent(header.code) {
+                Ok((size, _)) => Some(size),
+                Err(e) if e.is_process_gone() => return Err(e),
+                Err(_) => None,
+            },
         };
         // A table that cannot be read costs the lines, not the name.
         let lines = match self.read_bytes(header.linetable, MAX_LINE_TABLE_BYTES) {

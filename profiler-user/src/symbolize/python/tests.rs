@@ -946,6 +946,8 @@ fn other_processes_are_not_python() {
     let _ = sleep.wait();
     assert!(result.unwrap().is_none());
     // A kernel thread (kthreadd).
+    let status = fs::read_to_string("/proc/2/status").unwrap();
+    assert!(status.contains("kthreadd"), "pid 2 is not kthreadd");
     assert!(PythonProcess::probe(2).unwrap().is_none());
 }
 
