@@ -3,6 +3,7 @@
 //! maps periodically and flushing output files along the way and at the end.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -116,7 +117,14 @@ struct Pipeline {
     enricher: Enricher,
     symbolizer: Symbolizer,
     writer: Writer,
+    /// Python processes not (yet) found to be CPython, with the probes
+    /// left: right after exec a process may not have libpython mapped yet.
+    python_retries: HashMap<u32, u8>,
 }
+
+/// Drains over which a Python process whose interpreter was not found is
+/// probed again.
+const PYTHON_PROBES: u8 = 5;
 
 impl Pipeline {
     /// One drain through every stage.
@@ -150,6 +158,10 @@ impl Pipeline {
     /// Has the sampler follow a CPython process's Python frames, and the
     /// symbolizer name them.
     fn follow_python(&mut self, pid: u32) {
+        let retry = |pipeline: &mut Self| {
+            let left = pipeline.python_retries.entry(pid).or_insert(PYTHON_PROBES);
+            *left = left.saturating_sub(1);
+        };
         match PythonProcess::probe(pid) {
             Ok(Some(python)) => {
                 let (major, minor) = python.version();
@@ -165,9 +177,29 @@ impl Pipeline {
                     }
                     Err(err) => warn!(pid, "Python frames not recorded: {err}"),
                 }
+                self.python_retries.remove(&pid);
             }
-            Ok(None) => debug!(pid, "not a CPython this sparkprof can follow"),
-            Err(err) => debug!(pid, "Python interpreter not read: {err}"),
+            Ok(None) => {
+                debug!(pid, "not (yet) a CPython this sparkprof can follow");
+                retry(self);
+            }
+            Err(err) => {
+                debug!(pid, "Python interpreter not read: {err}");
+                retry(self);
+            }
+        }
+    }
+
+    /// Probes again the Python processes whose interpreter was not found.
+    fn retry_pythons(&mut self) {
+        let due: Vec<u32> = self
+            .python_retries
+            .iter()
+            .filter(|&(_, &left)| left > 0)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in due {
+            self.follow_python(pid);
         }
     }
 
@@ -175,6 +207,7 @@ impl Pipeline {
         for process in self.enricher.discover(&drain) {
             self.watch(&process);
         }
+        self.retry_pythons();
         // Python threads come and go: their thread states are read afresh
         // every drain (a thread younger than that has no Python frames yet).
         for (pid, threads) in self.symbolizer.python_threads() {
@@ -186,6 +219,7 @@ impl Pipeline {
             .enrich(drain, &|pid| collector.current_epochs(pid));
         for process in &drain.exited {
             self.collector.forget(process.pid);
+            self.python_retries.remove(&process.pid);
         }
         let drain = self.symbolizer.symbolize(drain);
         self.writer.add(drain);
@@ -297,6 +331,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             ..DumpPolicy::default()
         }),
         symbolizer: Symbolizer::new(options.jit.clone()),
+        python_retries: HashMap::new(),
         writer: Writer::new(&options.output, options.write),
     };
     // Processes already running: JVMs' renames (and off-CPU time) are
