@@ -1,0 +1,140 @@
+//! Known workloads in threads of this process, and where their code is.
+
+use std::{
+    ffi::{CStr, c_char},
+    fs::File,
+    io::Read as _,
+    ops::Range,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+use object::{Object as _, ObjectSymbol as _};
+
+/// A thread of this process running a workload until told to stop.
+pub struct Worker {
+    pub tid: u32,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+impl Worker {
+    /// Starts `body` in a new (unnamed: no rename) thread; returns once the
+    /// thread runs and its tid is known.
+    pub fn spawn(body: impl FnOnce(&AtomicBool) + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let flag = Arc::clone(&stop);
+        let handle = thread::spawn(move || {
+            let _ = tid_tx.send(gettid());
+            body(&flag);
+        });
+        let tid = tid_rx.recv().expect("the worker thread starts");
+        Self { tid, stop, handle }
+    }
+
+    /// Tells the workload to stop and waits for the thread to end.
+    pub fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.handle.join();
+    }
+}
+
+pub fn gettid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// Spins in user mode until `stop`: every on-CPU sample of its thread has
+/// its leaf instruction inside this function.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_spin(stop: &AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+    }
+    x
+}
+
+/// The spin function's name in the symbol table, and its address now.
+pub const SPIN_SYMBOL: &str = "sparkprof_vm_spin";
+
+pub fn spin_address() -> u64 {
+    sparkprof_vm_spin as *const () as u64
+}
+
+/// Reads /dev/zero in 1 MiB blocks until `stop`: most of its samples are
+/// taken in the kernel (clearing the user buffer).
+pub fn read_zeroes(stop: &AtomicBool) {
+    let Ok(mut zero) = File::open("/dev/zero") else {
+        return;
+    };
+    let mut buffer = vec![1u8; 1 << 20];
+    while !stop.load(Ordering::Relaxed) {
+        if zero.read(&mut buffer).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sleeps `times` x `each` in nanosleep.
+pub fn sleep_in_nanosleep(times: u32, each: Duration) {
+    for _ in 0..times {
+        thread::sleep(each);
+    }
+}
+
+/// Renames the calling thread (`task:task_rename`).
+pub fn set_comm(name: &CStr) -> Result<(), String> {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "prctl(PR_SET_NAME): {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// Stands in for HotSpot's `os::set_native_thread_name(const char*)`: the
+/// rename uprobe finds this symbol in this binary as it would in a
+/// libjvm.so, and reads the name from its first argument. It renames
+/// nothing itself.
+#[allow(non_snake_case)]
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn _ZN2os22set_native_thread_nameEPKc(name: *const c_char) {
+    std::hint::black_box(name);
+}
+
+/// Calls the stand-in through an opaque pointer, so the call is made.
+pub fn call_set_native_thread_name(name: &CStr) {
+    let function: extern "C" fn(*const c_char) =
+        std::hint::black_box(_ZN2os22set_native_thread_nameEPKc);
+    function(name.as_ptr());
+}
+
+/// Where a function of this binary is now: its address (`runtime`) and its
+/// size from the binary's own symbol table.
+pub fn function_range(symbol: &str, runtime: u64) -> Result<Range<u64>, String> {
+    let data =
+        std::fs::read("/proc/self/exe").map_err(|err| format!("reading /proc/self/exe: {err}"))?;
+    let elf =
+        object::File::parse(&*data).map_err(|err| format!("parsing /proc/self/exe: {err}"))?;
+    let found = elf
+        .symbols()
+        .find(|candidate| candidate.name() == Ok(symbol))
+        .ok_or_else(|| format!("{symbol} is not in this binary's symbol table (stripped?)"))?;
+    if found.size() == 0 {
+        return Err(format!("{symbol} has no size in the symbol table"));
+    }
+    Ok(runtime..runtime + found.size())
+}
