@@ -8,6 +8,7 @@ mod bench;
 mod spark;
 mod test;
 mod toolchain;
+mod vm_test;
 
 use std::{
     env,
@@ -24,11 +25,16 @@ commands:
   setup            install the pinned toolchain, rust-src and bpf-linker (idempotent)
   build            setup, then build target/release/sparkprof
   record [-- ARGS] build, then `sparkprof record` (default: -d 10 -o profiles)
-  test             build, then every test: lints, unit, real-kernel integration
+  test             build, then every test: lints, unit, real-kernel integration,
+                   then the kernel matrix (vm-test)
   lint             cargo fmt --check and cargo clippy -D warnings
   bench [--runs N] [--only SECTION[,SECTION]]
                    build, then sparkprof vs perf and bpftrace, and JIT naming;
                    writes BENCHMARKS.md (sections: kernel, overhead, cost, jit)
+  vm-test [--kernel 6.1|6.12]... [--broken] [--timeout SECS]
+                   boot Debian's 6.1 and 6.12 cloud kernels under qemu (TCG) and
+                   check every eBPF program loads and samples there (vm-tests/);
+                   --broken adds a program the 6.1 verifier rejects
 ";
 
 fn main() -> ExitCode {
@@ -51,6 +57,7 @@ fn run() -> Result<()> {
         "record" => record(&rest),
         "test" => test::run(&rest),
         "bench" => bench::run(&rest),
+        "vm-test" => vm_test::run(&rest),
         "lint" => {
             toolchain::setup()?;
             test::lint()

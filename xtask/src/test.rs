@@ -3,12 +3,14 @@
 //! Order: lints, unit tests of every library crate, then the integration
 //! suite in `tests/`, which runs the release `sparkprof` binary as root
 //! against real workloads, one test at a time (they sample the whole host
-//! and change sysctls). A missing component (root, BPF, java, a C
-//! compiler, pyspark) fails the run; nothing is skipped.
+//! and change sysctls), then the kernel matrix (`vm-test`: every eBPF
+//! program on Linux 6.1 and 6.12 under qemu, about a minute when cached).
+//! A missing component (root, BPF, java, a C compiler, pyspark) fails the
+//! run; nothing is skipped.
 
 use anyhow::{Result, bail};
 
-use crate::{build, pinned_cargo, run_cmd, spark, toolchain};
+use crate::{build, pinned_cargo, run_cmd, spark, toolchain, vm_test};
 
 /// Library crates with unit tests.
 const UNIT_CRATES: &[&str] = &["profiler-common", "profiler-user", "perf-maps"];
@@ -46,7 +48,9 @@ pub fn run(args: &[String]) -> Result<()> {
         .args(args)
         .env("SPARKPROF_BIN", &binary)
         .env(spark::VENV_VAR, &spark_venv);
-    run_cmd(&mut integration)
+    run_cmd(&mut integration)?;
+
+    vm_test::run(&[])
 }
 
 /// `cargo fmt --check` and `cargo clippy -D warnings` over the host crates
