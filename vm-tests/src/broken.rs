@@ -18,9 +18,10 @@ pub fn check() -> Result<String, String> {
         .ok_or_else(|| format!("{PROGRAM} is missing from the object"))?
         .try_into()
         .map_err(|err| format!("{PROGRAM}: {err}"))?;
-    program
-        .load()
-        .map_err(|err| format!("{PROGRAM} was rejected: {err}"))?;
+    program.load().map_err(|err| {
+        format!("{PROGRAM} was rejected: {err}")
+            .replace(". Verifier output: ", ".\nVerifier output:\n")
+    })?;
     Ok(format!(
         "{PROGRAM} (a BPF ISA v4 sign-extending move) loaded: this kernel accepts v4 instructions"
     ))
