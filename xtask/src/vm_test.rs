@@ -631,19 +631,35 @@ fn boot(kernel: &'static Kernel, vmlinuz: &Path, initrd: &Path, timeout: Duratio
     for reader in readers {
         let _ = reader.join();
     }
-    let elapsed = started.elapsed();
+    let mut run = assess(
+        kernel,
+        &output,
+        timed_out.then_some(timeout),
+        &status.to_string(),
+    );
+    run.elapsed = started.elapsed();
+    Ok(run)
+}
 
+/// What the console output of a boot says (`timed_out`: the boot was cut
+/// after that long; `status`: how qemu ended).
+fn assess(
+    kernel: &'static Kernel,
+    output: &[String],
+    timed_out: Option<Duration>,
+    status: &str,
+) -> Run {
     let mut run = Run {
         kernel,
         passed: 0,
         failures: Vec::new(),
         problems: Vec::new(),
-        elapsed,
+        elapsed: Duration::ZERO,
     };
     let mut booted = None;
     let mut result = None;
     let mut in_failure = false;
-    for line in &output {
+    for line in output {
         if let Some(release) = line.split(BOOTED).nth(1) {
             booted = Some(release.trim().to_owned());
         }
@@ -667,7 +683,7 @@ fn boot(kernel: &'static Kernel, vmlinuz: &Path, initrd: &Path, timeout: Duratio
             in_failure = false;
         }
     }
-    if timed_out {
+    if let Some(timeout) = timed_out {
         run.problems
             .push(format!("timed out after {} s", timeout.as_secs()));
     }
@@ -681,11 +697,11 @@ fn boot(kernel: &'static Kernel, vmlinuz: &Path, initrd: &Path, timeout: Duratio
     }
     match result {
         Some(0) => {}
-        Some(code) if !run.failures.is_empty() && code != 0 => {}
+        Some(_) if !run.failures.is_empty() => {}
         Some(code) => run
             .problems
             .push(format!("{GUEST_BINARY} exited with status {code}")),
-        None if !timed_out => run
+        None if timed_out.is_none() => run
             .problems
             .push(format!("no result marker from the guest (qemu {status})")),
         None => {}
@@ -693,7 +709,7 @@ fn boot(kernel: &'static Kernel, vmlinuz: &Path, initrd: &Path, timeout: Duratio
     if run.passed == 0 && run.failures.is_empty() && run.problems.is_empty() {
         run.problems.push("no check ran".into());
     }
-    Ok(run)
+    run
 }
 
 /// Forwards `stream`'s lines (cleaned of terminal control sequences) to
@@ -760,6 +776,80 @@ mod tests {
             "SPARKPROF-VM-BOOTED 6.1.0"
         );
         assert_eq!(clean(b"PASS load: ok\r\n"), "PASS load: ok");
+    }
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        let run = assess(
+            &KERNELS[0],
+            &lines(
+                "SPARKPROF-VM-BOOTED 6.1.0-50-cloud-amd64\nPASS load: ok\nPASS on_cpu: ok\n\
+                 SPARKPROF-VM-RESULT exit=0",
+            ),
+            None,
+            "exit status: 0",
+        );
+        assert!(run.ok());
+        assert_eq!(run.passed, 2);
+    }
+
+    #[test]
+    fn failures_panics_and_silence_fail() {
+        let boot = "SPARKPROF-VM-BOOTED 6.1.0-50-cloud-amd64\n";
+        let failed = assess(
+            &KERNELS[0],
+            &lines(&format!(
+                "{boot}FAIL load: rejected\n    Verifier output:\n    BPF_MOV uses reserved fields\n\
+                 PASS other: ok\nSPARKPROF-VM-RESULT exit=1"
+            )),
+            None,
+            "exit status: 0",
+        );
+        assert!(!failed.ok());
+        assert_eq!(failed.failures.len(), 1);
+        assert!(failed.failures[0].ends_with("BPF_MOV uses reserved fields"));
+        assert!(failed.problems.is_empty(), "{:?}", failed.problems);
+
+        let panicked = assess(
+            &KERNELS[0],
+            &lines(&format!(
+                "{boot}PASS load: ok\n[ 3.1] Kernel panic - not syncing: Attempted to kill init!"
+            )),
+            None,
+            "exit status: 0",
+        );
+        assert!(!panicked.ok());
+        assert!(panicked.problems.iter().any(|p| p == "kernel panic"));
+        assert!(
+            panicked
+                .problems
+                .iter()
+                .any(|p| p.starts_with("no result marker"))
+        );
+
+        let timed_out = assess(
+            &KERNELS[0],
+            &lines(boot),
+            Some(Duration::from_secs(5)),
+            "signal: 9",
+        );
+        assert_eq!(timed_out.problems, ["timed out after 5 s"]);
+
+        let wrong = assess(
+            &KERNELS[1],
+            &lines(&format!("{boot}PASS load: ok\nSPARKPROF-VM-RESULT exit=0")),
+            None,
+            "exit status: 0",
+        );
+        assert!(!wrong.ok());
+        assert!(wrong.problems[0].starts_with("booted kernel 6.1.0-50-cloud-amd64"));
+
+        let nothing = assess(&KERNELS[0], &[], None, "exit status: 1");
+        assert!(!nothing.ok());
     }
 
     #[test]
