@@ -25,9 +25,12 @@
 //!    floor) and sparkprof on-CPU only, `--off-cpu` recording others and
 //!    `--off-cpu` recording it, interleaved; sparkprof's CPU; in-kernel ns
 //!    per `sched_switch` run; the Spark job without and with `--off-cpu`.
+//! 7. Python frames (see [`python`]): a CPython workload's slowdown under
+//!    sparkprof and under py-spy at 99 Hz, interleaved; the in-kernel ns per
+//!    sample of sparkprof on Python against a native workload.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
-//! `cost`, `jit`, `spark`, `offcpu`). Everything the profilers write goes to a scratch
+//! `cost`, `jit`, `spark`, `offcpu`, `python`). Everything the profilers write goes to a scratch
 //! directory that is removed afterwards; the results are printed and each
 //! section is written into its own marked block of BENCHMARKS.md (see
 //! [`write_sections`]), so a partial run keeps the other sections' latest
@@ -49,13 +52,16 @@ use crate::{build, run_cmd, toolchain, workspace_root};
 
 mod jit;
 mod off_cpu;
+mod python;
 mod spark;
 
 const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]]
   N: interleaved pairs per profiler (default 5), and Spark job pairs (default 3)
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
-           offcpu (pipe ping-pong and the Spark job with and without --off-cpu); default: all";
+           offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
+           python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python sample);
+           default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
 const DEFAULT_RUNS: usize = 5;
@@ -101,16 +107,18 @@ enum Section {
     Jit,
     Spark,
     OffCpu,
+    Python,
 }
 
 impl Section {
-    const ALL: [Section; 6] = [
+    const ALL: [Section; 7] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
         Section::Jit,
         Section::Spark,
         Section::OffCpu,
+        Section::Python,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -122,6 +130,7 @@ impl Section {
             Section::Jit => "jit",
             Section::Spark => "spark",
             Section::OffCpu => "offcpu",
+            Section::Python => "python",
         }
     }
 
@@ -135,7 +144,10 @@ impl Section {
 
     /// Whether it compares sparkprof with perf and bpftrace.
     fn uses_peers(self) -> bool {
-        !matches!(self, Section::Jit | Section::Spark | Section::OffCpu)
+        !matches!(
+            self,
+            Section::Jit | Section::Spark | Section::OffCpu | Section::Python
+        )
     }
 }
 
@@ -217,6 +229,10 @@ pub fn run(args: &[String]) -> Result<()> {
         true => Some(off_cpu::measure(&bench, runs, spark_pairs)?),
         false => None,
     };
+    let python = match wants(Section::Python) {
+        true => Some(python::measure(&bench, runs)?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -228,6 +244,7 @@ pub fn run(args: &[String]) -> Result<()> {
         jit,
         spark,
         off_cpu,
+        python,
         incidents: bench.incidents.take(),
     };
 
@@ -1224,6 +1241,7 @@ struct Report {
     jit: Option<jit::JitReport>,
     spark: Option<spark::SparkReport>,
     off_cpu: Option<off_cpu::OffCpuReport>,
+    python: Option<python::PythonReport>,
     incidents: Vec<String>,
 }
 
@@ -1251,6 +1269,9 @@ impl Report {
         }
         if let Some(off_cpu) = &self.off_cpu {
             sections.push((Section::OffCpu, off_cpu.markdown()));
+        }
+        if let Some(python) = &self.python {
+            sections.push((Section::Python, python.markdown()));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);
