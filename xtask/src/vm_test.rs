@@ -535,9 +535,8 @@ impl Initramfs {
         run_cmd(
             Command::new("sh")
                 .arg("-c")
-                .arg(
-                    "busybox find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 > ../initrd.gz",
-                )
+                .arg(r#""$0" find . | "$0" cpio -o -H newc 2>/dev/null | gzip -1 > ../initrd.gz"#)
+                .arg(busybox)
                 .current_dir(&root),
         )
         .context("packing the initramfs")?;
