@@ -424,7 +424,7 @@ mod tests {
     #[test]
     fn sample_key_has_no_padding() {
         assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + 8 + COMM_LEN);
-        assert_eq!(core::mem::align_of::<SampleKey>(), 4);
+        assert_eq!(core::mem::align_of::<SampleKey>(), 8);
     }
 
     #[test]

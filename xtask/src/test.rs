@@ -12,8 +12,9 @@ use anyhow::{Result, bail};
 
 use crate::{build, pinned_cargo, run_cmd, spark, toolchain, vm_test};
 
-/// Library crates with unit tests.
-const UNIT_CRATES: &[&str] = &["profiler-common", "profiler-user", "perf-maps"];
+/// Crates whose unit tests run (the libraries, and xtask's own report and
+/// console parsing).
+const UNIT_CRATES: &[&str] = &["profiler-common", "profiler-user", "perf-maps", "xtask"];
 
 pub fn run(args: &[String]) -> Result<()> {
     if unsafe { libc_geteuid() } != 0 {
