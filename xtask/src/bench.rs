@@ -334,6 +334,14 @@ fn compile_workload(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Compiles `xtask/bench/<name>.c` into `dir` with `-O2` and frame pointers.
+/// How far apart the slowest and the fastest of `values` are, in percent
+/// of the fastest: the noise figure of every section with repeated runs.
+pub(crate) fn spread_percent(values: &[f64]) -> f64 {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    100.0 * (high / low - 1.0)
+}
+
 pub(crate) fn compile_c(name: &str, dir: &Path, extra: &[&str]) -> Result<PathBuf> {
     let source = workspace_root().join(format!("xtask/bench/{name}.c"));
     let binary = dir.join(name);

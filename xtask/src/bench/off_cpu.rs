@@ -39,7 +39,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     Bench, Profiler, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, Tool, bench_unique,
     bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interrupt, median, met, pause, progress,
-    wait_for_quiet_host,
+    spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -644,12 +644,6 @@ fn prog_name(id: u32) -> Result<String> {
 
 // ---------------------------------------------------------------------------
 // The report.
-
-fn spread_percent(values: &[f64]) -> f64 {
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    100.0 * (high / low - 1.0)
-}
 
 impl OffCpuReport {
     pub fn markdown(&self) -> String {

@@ -36,7 +36,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     Background, Bench, ProgStats, QUIET_BUSY_PERCENT, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard,
     WARM_UP, bench_unique, compile_workload, cpu_time, interrupt, median, met, pause, progress,
-    timeval, wait_for_quiet_host, wait_for_quiet_host_within,
+    spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -818,12 +818,6 @@ fn chain_counts(folded: &str) -> (u64, u64) {
 
 // ---------------------------------------------------------------------------
 // The report.
-
-fn spread_percent(values: &[f64]) -> f64 {
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    100.0 * (high / low - 1.0)
-}
 
 fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {

@@ -31,8 +31,8 @@ use sparkprof_tests::{
 };
 
 use super::{
-    Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, wait_for_quiet_host,
-    wait_for_quiet_host_within,
+    Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, spread_percent,
+    wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::{run_cmd, workspace_root};
 
@@ -646,12 +646,6 @@ fn dump_policy() -> Result<(f64, f64)> {
 
 // ---------------------------------------------------------------------------
 // The report.
-
-fn spread_percent(values: &[f64]) -> f64 {
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    100.0 * (high / low - 1.0)
-}
 
 fn max(values: &[f64]) -> f64 {
     values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
