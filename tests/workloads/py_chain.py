@@ -7,6 +7,8 @@ usage: python py_chain.py MODE SECONDS
            two more threads run worker_a -> spin_a and worker_b -> spin_b
   deep     the main thread recurses 250 deep in recurse, then runs inner
   sleeper  the main thread sleeps in nap (for the attach and exit tests)
+  mix      one thread splits its time about 50/30/20 between alpha, beta
+           and gamma (for comparing shares with another profiler)
 
 Prints "ready" once every thread runs, then works for SECONDS.
 """
@@ -62,6 +64,32 @@ def recurse(depth, deadline):
     return recurse(depth - 1, deadline)
 
 
+def work(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def alpha():
+    return work(5000)
+
+
+def beta():
+    return work(3000)
+
+
+def gamma():
+    return work(2000)
+
+
+def mix(deadline):
+    while time.time() < deadline:
+        alpha()
+        beta()
+        gamma()
+
+
 def nap(deadline):
     while time.time() < deadline:
         time.sleep(0.05)
@@ -84,6 +112,8 @@ def main():
         recurse(250, deadline)
     elif mode == "sleeper":
         nap(deadline)
+    elif mode == "mix":
+        mix(deadline)
     else:
         sys.exit("unknown mode " + mode)
     for thread in threads:
