@@ -1551,28 +1551,33 @@ fn wait_for_quiet_host() -> Result<()> {
 /// from the `cpu` line of /proc/stat (user, nice, system, irq, softirq and
 /// steal: time the hypervisor gave to others is lost to us too).
 fn busy_cpu_percent(window: Duration) -> Result<f64> {
-    fn busy_ticks() -> Result<u64> {
-        let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-        let fields: Vec<u64> = stat
-            .lines()
-            .next()
-            .and_then(|line| line.strip_prefix("cpu "))
-            .map(|rest| {
-                rest.split_whitespace()
-                    .filter_map(|f| f.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = fields[..] else {
-            bail!("malformed /proc/stat");
-        };
-        Ok(user + nice + system + irq + softirq + steal)
-    }
-    let before = busy_ticks()?;
+    let before = host_busy_time()?;
     pause(window)?;
-    let after = busy_ticks()?;
+    let after = host_busy_time()?;
+    Ok(100.0 * after.saturating_sub(before).as_secs_f64() / window.as_secs_f64())
+}
+
+/// The host's non-idle CPU time since boot, from the `cpu` line of
+/// /proc/stat (user, nice, system, irq, softirq and steal).
+pub(crate) fn host_busy_time() -> Result<Duration> {
+    let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("cpu "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = fields[..] else {
+        bail!("malformed /proc/stat");
+    };
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(100.0 * after.saturating_sub(before) as f64 / per_second / window.as_secs_f64())
+    Ok(Duration::from_secs_f64(
+        (user + nice + system + irq + softirq + steal) as f64 / per_second,
+    ))
 }
 
 fn progress(message: &str) {

@@ -35,8 +35,8 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     Background, Bench, ProgStats, QUIET_BUSY_PERCENT, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard,
-    WARM_UP, bench_unique, compile_workload, cpu_time, interrupt, median, met, pause, progress,
-    spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
+    WARM_UP, bench_unique, compile_workload, cpu_time, host_busy_time, interrupt, median, met,
+    pause, progress, spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -202,10 +202,10 @@ fn on_idle_host<T>(
     mut unit: impl FnMut() -> Result<T>,
 ) -> Result<T> {
     loop {
-        let (host, own, started) = (host_busy()?, own_cpu(), Instant::now());
+        let (host, own, started) = (host_busy_time()?, own_cpu(), Instant::now());
         let value = unit()?;
         let busy = others_percent(
-            host_busy()?.saturating_sub(host),
+            host_busy_time()?.saturating_sub(host),
             own_cpu().saturating_sub(own),
             started.elapsed(),
         );
@@ -232,30 +232,6 @@ fn on_idle_host<T>(
             );
         }
     }
-}
-
-/// The host's busy CPU time so far: user, nice, system, irq, softirq and
-/// steal of the `cpu` line of `/proc/stat`, as [`super::busy_cpu_percent`]
-/// counts.
-fn host_busy() -> Result<Duration> {
-    let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .and_then(|line| line.strip_prefix("cpu "))
-        .map(|rest| {
-            rest.split_whitespace()
-                .filter_map(|f| f.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = fields[..] else {
-        bail!("malformed /proc/stat");
-    };
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(Duration::from_secs_f64(
-        (user + nice + system + irq + softirq + steal) as f64 / per_second,
-    ))
 }
 
 /// CPU time of this process and of its children reaped so far.
@@ -1216,13 +1192,13 @@ not a stack line
         assert!((others_percent(s(3.5), s(3.2), s(7.0)) - 4.286).abs() < 0.01);
         // Tick rounding can put ours above the host's: none, not negative.
         assert_eq!(others_percent(s(3.19), s(3.2), s(7.0)), 0.0);
-        let host = host_busy().unwrap();
+        let host = host_busy_time().unwrap();
         let own = own_cpu();
         let mut x = 0u64;
         for i in 0..20_000_000u64 {
             x = std::hint::black_box(x ^ i.wrapping_mul(2654435761));
         }
-        assert!(own_cpu() > own && host_busy().unwrap() >= host);
+        assert!(own_cpu() > own && host_busy_time().unwrap() >= host);
     }
 
     #[test]
