@@ -334,6 +334,119 @@ fn compile_workload(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Compiles `xtask/bench/<name>.c` into `dir` with `-O2` and frame pointers.
+/// A profiler process with its output in `dir`; killed if dropped before
+/// [`Recorder::stop`].
+pub(crate) struct Recorder {
+    name: &'static str,
+    child: Child,
+    /// Where its output goes.
+    pub(crate) dir: PathBuf,
+    log: PathBuf,
+    reaped: bool,
+}
+
+impl Recorder {
+    /// Starts `command` with its stdout and stderr in `dir/log` and waits
+    /// until the log contains `ready`.
+    pub(crate) fn start(
+        name: &'static str,
+        mut command: Command,
+        dir: PathBuf,
+        ready: &str,
+    ) -> Result<Self> {
+        let log = dir.join("log");
+        let log_file = fs::File::create(&log)?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("starting {command:?}"))?;
+        let mut recorder = Self {
+            name,
+            child,
+            dir,
+            log,
+            reaped: false,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let log = recorder.log();
+            if log.contains(ready) {
+                break;
+            }
+            if let Some(status) = recorder.child.try_wait()? {
+                recorder.reaped = true;
+                bail!("{name} exited ({status}) before sampling:\n{log}");
+            }
+            if Instant::now() > deadline {
+                bail!("{name} did not start sampling within {START_TIMEOUT:?}:\n{log}");
+            }
+            pause(Duration::from_millis(20))?;
+        }
+        Ok(recorder)
+    }
+
+    pub(crate) fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub(crate) fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGINT (sparkprof and py-spy write their output on it) and a clean
+    /// exit.
+    pub(crate) fn stop(&mut self) -> Result<()> {
+        unsafe { libc::kill(self.pid(), libc::SIGINT) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                self.reaped = true;
+                break status;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not exit within {STOP_TIMEOUT:?} of SIGINT",
+                    self.name
+                );
+            }
+            pause(Duration::from_millis(20))?;
+        };
+        if !status.success() {
+            bail!(
+                "{} failed after SIGINT ({status}):\n{}",
+                self.name,
+                self.log()
+            );
+        }
+        Ok(())
+    }
+
+    /// Frees the space for the next runs.
+    pub(crate) fn remove_output(&self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A recording's index.json.
+pub(crate) fn sparkprof_index(profiles: &Path) -> Result<serde_json::Value> {
+    let index = profiles.join("index.json");
+    serde_json::from_str(
+        &fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?,
+    )
+    .with_context(|| format!("parsing {}", index.display()))
+}
+
 /// How far apart the slowest and the fastest of `values` are, in percent
 /// of the fastest: the noise figure of every section with repeated runs.
 pub(crate) fn spread_percent(values: &[f64]) -> f64 {

@@ -29,7 +29,7 @@ use std::{
     fs,
     io::{BufRead, BufReader, Write},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -37,9 +37,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, Profiler, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard, Tool, bench_unique,
-    bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interrupt, median, met, pause, progress,
-    spread_percent, wait_for_quiet_host,
+    Bench, Profiler, Recorder, SysctlGuard, Tool, bench_unique, bpf_prog_fdinfos, compile_c,
+    cpu_time, fdinfo_field, interrupt, median, met, progress, sparkprof_index, spread_percent,
+    wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -263,7 +263,7 @@ impl Harness<'_> {
         } else {
             pingpong.pids
         };
-        let recorder = Recorder::start(self.sparkprof, self.dir, mode, pids)?;
+        let recorder = SparkprofRun::start(self.sparkprof, self.dir, mode, pids)?;
         let (cpu_before, started) = (cpu_time(recorder.pid())?, Instant::now());
         pingpong.go()?;
         let seconds = pingpong.finish()?;
@@ -280,7 +280,8 @@ impl Harness<'_> {
         let mut rounds = Vec::new();
         for round in 1..=KERNEL_ROUNDS {
             let mut pingpong = PingPong::start(self.binary)?;
-            let recorder = Recorder::start(self.sparkprof, self.dir, Mode::OffCpu, pingpong.pids)?;
+            let recorder =
+                SparkprofRun::start(self.sparkprof, self.dir, Mode::OffCpu, pingpong.pids)?;
             let before = sched_switch_stats(recorder.pid())?;
             pingpong.go()?;
             let seconds = pingpong.finish()?;
@@ -381,22 +382,14 @@ impl Drop for PingPong {
     }
 }
 
-/// `sparkprof record --pid PARENT --pid CHILD [--off-cpu]`; killed if
-/// dropped before [`Recorder::stop`].
-struct Recorder {
-    child: Child,
-    dir: PathBuf,
-    log: PathBuf,
-    reaped: bool,
-}
+/// `sparkprof record --pid PARENT --pid CHILD [--off-cpu]`.
+struct SparkprofRun(Recorder);
 
-impl Recorder {
+impl SparkprofRun {
     /// Starts sparkprof and waits until it records.
     fn start(sparkprof: &Path, scratch: &Path, mode: Mode, pids: [u32; 2]) -> Result<Self> {
         let dir = scratch.join(format!("record-{}", bench_unique()));
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let log = dir.join("log");
-        let log_file = fs::File::create(&log)?;
         let mut command = Command::new(sparkprof);
         command
             .arg("record")
@@ -404,64 +397,19 @@ impl Recorder {
             .args(["--pid", &pids[0].to_string(), "--pid", &pids[1].to_string()])
             .arg("--output")
             .arg(dir.join("profiles"))
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file);
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {command:?}"))?;
-        let mut recorder = Self {
-            child,
-            dir,
-            log,
-            reaped: false,
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let log = fs::read_to_string(&recorder.log).unwrap_or_default();
-            if log.contains("recording on") {
-                return Ok(recorder);
-            }
-            if let Some(status) = recorder.child.try_wait()? {
-                recorder.reaped = true;
-                bail!("sparkprof exited ({status}) before recording:\n{log}");
-            }
-            if Instant::now() > deadline {
-                bail!("sparkprof did not record within {START_TIMEOUT:?}:\n{log}");
-            }
-            pause(Duration::from_millis(20))?;
-        }
+            .env("NO_COLOR", "1");
+        Recorder::start("sparkprof", command, dir, "recording on").map(Self)
     }
 
     fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.0.pid()
     }
 
     /// SIGINT, waits for a clean exit, returns index.json's statistics and
     /// removes the recording.
     fn stop(mut self) -> Result<Stats> {
-        unsafe { libc::kill(self.pid(), libc::SIGINT) };
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        let status = loop {
-            if let Some(status) = self.child.try_wait()? {
-                self.reaped = true;
-                break status;
-            }
-            if Instant::now() > deadline {
-                bail!("sparkprof did not exit within {STOP_TIMEOUT:?} of SIGINT");
-            }
-            pause(Duration::from_millis(20))?;
-        };
-        let log = fs::read_to_string(&self.log).unwrap_or_default();
-        if !status.success() {
-            bail!("sparkprof failed after SIGINT ({status}):\n{log}");
-        }
-        let index = self.dir.join("profiles/index.json");
-        let index: serde_json::Value = serde_json::from_str(
-            &fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?,
-        )
-        .with_context(|| format!("parsing {}", index.display()))?;
+        self.0.stop()?;
+        let index = sparkprof_index(&self.0.dir.join("profiles"))?;
         let field = |name: &str| index["stats"][name].as_u64().unwrap_or(0);
         let stats = Stats {
             samples: field("samples"),
@@ -469,17 +417,8 @@ impl Recorder {
             offcpu_short: field("offcpu_short"),
             offcpu_user_walks: field("offcpu_user_walks"),
         };
-        let _ = fs::remove_dir_all(&self.dir);
+        self.0.remove_output();
         Ok(stats)
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if !self.reaped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

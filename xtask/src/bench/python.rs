@@ -34,9 +34,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Background, Bench, ProgStats, QUIET_BUSY_PERCENT, START_TIMEOUT, STOP_TIMEOUT, SysctlGuard,
-    WARM_UP, bench_unique, compile_workload, cpu_time, host_busy_time, interrupt, median, met,
-    pause, progress, spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
+    Background, Bench, ProgStats, QUIET_BUSY_PERCENT, Recorder, SysctlGuard, WARM_UP, bench_unique,
+    compile_workload, cpu_time, host_busy_time, interrupt, median, met, pause, progress,
+    sparkprof_index, spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -427,7 +427,7 @@ impl Harness<'_> {
             .env("NO_COLOR", "1");
         let recorder = Recorder::start("sparkprof", command, dir, "recording on")?;
         if python {
-            recorder.check_following(pids.len())?;
+            check_following(&recorder, pids.len())?;
         }
         Ok(recorder)
     }
@@ -610,126 +610,20 @@ fn parse_prefixed<T: std::str::FromStr>(line: &str, prefix: &str) -> Option<T> {
     line.trim().strip_prefix(prefix)?.trim().parse().ok()
 }
 
-/// A profiler process with its output in `dir`; killed if dropped before
-/// [`Recorder::stop`].
-struct Recorder {
-    name: &'static str,
-    child: Child,
-    dir: PathBuf,
-    log: PathBuf,
-    reaped: bool,
-}
-
-impl Recorder {
-    /// Starts `command` with its stdout and stderr in `dir/log` and waits
-    /// until the log contains `ready`.
-    fn start(name: &'static str, mut command: Command, dir: PathBuf, ready: &str) -> Result<Self> {
-        let log = dir.join("log");
-        let log_file = fs::File::create(&log)?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("starting {command:?}"))?;
-        let mut recorder = Self {
-            name,
-            child,
-            dir,
-            log,
-            reaped: false,
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let log = recorder.log();
-            if log.contains(ready) {
-                break;
-            }
-            if let Some(status) = recorder.child.try_wait()? {
-                recorder.reaped = true;
-                bail!("{name} exited ({status}) before sampling:\n{log}");
-            }
-            if Instant::now() > deadline {
-                bail!("{name} did not start sampling within {START_TIMEOUT:?}:\n{log}");
-            }
-            pause(Duration::from_millis(20))?;
-        }
-        Ok(recorder)
+/// Fails unless sparkprof said it follows the Python frames of `count`
+/// processes (logged before "recording on" for processes running then).
+fn check_following(recorder: &Recorder, count: usize) -> Result<()> {
+    let log = recorder.log();
+    let following = log.lines().filter(|l| l.contains(FOLLOWING)).count();
+    if following < count {
+        bail!(
+            "sparkprof follows the Python frames of {following} of the {count} Python \
+             process(es) it records (its log has no \"{FOLLOWING}\" for the others), so it \
+             would sample the interpreter's C frames only: this section measures it with \
+             Python frames. Its log:\n{log}"
+        );
     }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Fails unless sparkprof said it follows the Python frames of `count`
-    /// processes (logged before "recording on" for processes running then).
-    fn check_following(&self, count: usize) -> Result<()> {
-        let log = self.log();
-        let following = log.lines().filter(|l| l.contains(FOLLOWING)).count();
-        if following < count {
-            bail!(
-                "sparkprof follows the Python frames of {following} of the {count} Python \
-                 process(es) it records (its log has no \"{FOLLOWING}\" for the others), so it \
-                 would sample the interpreter's C frames only: this section measures it with \
-                 Python frames. Its log:\n{log}"
-            );
-        }
-        Ok(())
-    }
-
-    /// SIGINT (both profilers write their output on it) and a clean exit.
-    fn stop(&mut self) -> Result<()> {
-        unsafe { libc::kill(self.pid(), libc::SIGINT) };
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        let status = loop {
-            if let Some(status) = self.child.try_wait()? {
-                self.reaped = true;
-                break status;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} did not exit within {STOP_TIMEOUT:?} of SIGINT",
-                    self.name
-                );
-            }
-            pause(Duration::from_millis(20))?;
-        };
-        if !status.success() {
-            bail!(
-                "{} failed after SIGINT ({status}):\n{}",
-                self.name,
-                self.log()
-            );
-        }
-        Ok(())
-    }
-
-    /// Frees the space for the next runs.
-    fn remove_output(&self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if !self.reaped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A recording's index.json.
-fn sparkprof_index(profiles: &Path) -> Result<serde_json::Value> {
-    let index = profiles.join("index.json");
-    serde_json::from_str(
-        &fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?,
-    )
-    .with_context(|| format!("parsing {}", index.display()))
+    Ok(())
 }
 
 /// index.json `stats`: samples taken, and of those the ones neither idle
