@@ -455,6 +455,165 @@ pub(crate) fn spread_percent(values: &[f64]) -> f64 {
     100.0 * (high / low - 1.0)
 }
 
+/// The order of a section's interleaved pairs: for each pair index, every
+/// arm (a mode or a profiler) runs one pair, handed to `one` with the
+/// index and whether the profiled run goes first. Even pairs run without
+/// then with the profiler and odd ones with then without, and the arms
+/// take turns going first, so that no kind of run always follows another
+/// (a warm page cache or a CPU's frequency would otherwise favour one).
+pub(crate) fn interleaved_pairs<Arm>(
+    runs: usize,
+    arms: &mut [Arm],
+    mut one: impl FnMut(usize, bool, &mut Arm) -> Result<()>,
+) -> Result<()> {
+    for pair in 0..runs {
+        let profiled_first = pair % 2 == 1;
+        let mut order: Vec<&mut Arm> = arms.iter_mut().collect();
+        if profiled_first {
+            order.reverse();
+        }
+        for arm in order {
+            one(pair, profiled_first, arm)?;
+        }
+    }
+    Ok(())
+}
+
+/// One interleaved pair of workload runs, with what the profiled run's
+/// recording said (`Extra`: a section's own counts).
+pub(crate) struct TimedPair<Extra> {
+    pub profiled_first: bool,
+    /// The workload's seconds of work without and with the profiler.
+    pub unprofiled: f64,
+    pub profiled: f64,
+    /// The profiler's utime + stime over the profiled run's work, and the
+    /// wall time of that window.
+    pub cpu: Duration,
+    pub window: Duration,
+    pub extra: Extra,
+}
+
+impl<Extra> TimedPair<Extra> {
+    pub(crate) fn ratio(&self) -> f64 {
+        self.profiled / self.unprofiled
+    }
+
+    /// A pair for the report tests: the profiler used 1 % of `window`.
+    #[cfg(test)]
+    pub(crate) fn fixture(
+        profiled_first: bool,
+        (unprofiled, profiled): (f64, f64),
+        window: Duration,
+        extra: Extra,
+    ) -> Self {
+        Self {
+            profiled_first,
+            unprofiled,
+            profiled,
+            cpu: window / 100,
+            window,
+            extra,
+        }
+    }
+}
+
+/// Every pair one arm (a mode or a profiler) of a section ran.
+pub(crate) struct ArmPairs<Arm, Extra> {
+    pub arm: Arm,
+    pub pairs: Vec<TimedPair<Extra>>,
+}
+
+impl<Arm, Extra> ArmPairs<Arm, Extra> {
+    pub(crate) fn new(arm: Arm) -> Self {
+        Self {
+            arm,
+            pairs: Vec::new(),
+        }
+    }
+
+    pub(crate) fn ratios(&self) -> Vec<f64> {
+        self.pairs.iter().map(TimedPair::ratio).collect()
+    }
+
+    pub(crate) fn median_ratio(&self) -> f64 {
+        median(&self.ratios())
+    }
+
+    /// (% of one core, CPU seconds, wall seconds) over all profiled runs.
+    pub(crate) fn cpu_percent(&self) -> (f64, f64, f64) {
+        let cpu: f64 = self.pairs.iter().map(|p| p.cpu.as_secs_f64()).sum();
+        let wall: f64 = self.pairs.iter().map(|p| p.window.as_secs_f64()).sum();
+        (100.0 * cpu / wall, cpu, wall)
+    }
+
+    /// The report's cell for this arm's slowdown: `+1.5 % (1.015; pairs
+    /// 1.010 – 1.020)`, the median of the pairs' ratios and their range.
+    pub(crate) fn slowdown_cell(&self) -> String {
+        let ratios = self.ratios();
+        let ratio = median(&ratios);
+        let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(
+            "{:+.1} % ({ratio:.3}; pairs {low:.3} – {high:.3})",
+            100.0 * (ratio - 1.0)
+        )
+    }
+
+    /// The report's cell for the profiler's CPU: `1.00 % of one core (0.06
+    /// s in 6.0 s)`.
+    pub(crate) fn cpu_cell(&self) -> String {
+        let (percent, cpu, wall) = self.cpu_percent();
+        format!("{percent:.2} % of one core ({cpu:.2} s in {wall:.1} s)")
+    }
+}
+
+/// The rows of a section's table of pairs, pair by pair and arm by arm:
+/// `| 1 (without first) | label | without | with | ratio |` and then the
+/// cells `extra` gives for the pair (each ending in `|`).
+pub(crate) fn pair_rows<Arm, Extra>(
+    arms: &[ArmPairs<Arm, Extra>],
+    label: impl Fn(&Arm) -> String,
+    extra: impl Fn(&TimedPair<Extra>) -> String,
+) -> String {
+    let runs = arms.first().map_or(0, |arm| arm.pairs.len());
+    let mut rows = String::new();
+    for i in 0..runs {
+        for arm in arms {
+            let pair = &arm.pairs[i];
+            let order = if pair.profiled_first {
+                "with first"
+            } else {
+                "without first"
+            };
+            rows += &format!(
+                "| {} ({order}) | {} | {:.3} | {:.3} | {:.3} |{}\n",
+                i + 1,
+                label(&arm.arm),
+                pair.unprofiled,
+                pair.profiled,
+                pair.ratio(),
+                extra(pair)
+            );
+        }
+    }
+    rows
+}
+
+/// The two runs of one pair in the order [`interleaved_pairs`] chose:
+/// (unprofiled, profiled).
+pub(crate) fn run_pair<Unprofiled, Profiled>(
+    profiled_first: bool,
+    unprofiled: impl FnOnce() -> Result<Unprofiled>,
+    profiled: impl FnOnce() -> Result<Profiled>,
+) -> Result<(Unprofiled, Profiled)> {
+    if profiled_first {
+        let profiled = profiled()?;
+        Ok((unprofiled()?, profiled))
+    } else {
+        let unprofiled = unprofiled()?;
+        Ok((unprofiled, profiled()?))
+    }
+}
 pub(crate) fn compile_c(name: &str, dir: &Path, extra: &[&str]) -> Result<PathBuf> {
     let source = workspace_root().join(format!("xtask/bench/{name}.c"));
     let binary = dir.join(name);
@@ -1743,6 +1902,34 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn pairs_alternate_their_order_and_the_arms_take_turns() {
+        let mut arms = ["a", "b"];
+        let runs = std::cell::RefCell::new(Vec::new());
+        interleaved_pairs(3, &mut arms, |pair, profiled_first, arm| {
+            let (unprofiled, profiled) = run_pair(
+                profiled_first,
+                || {
+                    runs.borrow_mut().push(format!("{pair}{arm}-"));
+                    Ok(())
+                },
+                || {
+                    runs.borrow_mut().push(format!("{pair}{arm}+"));
+                    Ok(())
+                },
+            )?;
+            assert_eq!((unprofiled, profiled), ((), ()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            runs.into_inner(),
+            [
+                "0a-", "0a+", "0b-", "0b+", "1b+", "1b-", "1a+", "1a-", "2a-", "2a+", "2b-", "2b+"
+            ]
+        );
     }
 
     #[test]

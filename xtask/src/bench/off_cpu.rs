@@ -37,9 +37,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, Profiler, Recorder, SysctlGuard, Tool, bench_unique, bpf_prog_fdinfos, compile_c,
-    cpu_time, fdinfo_field, interrupt, median, met, progress, sparkprof_index, spread_percent,
-    wait_for_quiet_host,
+    ArmPairs, Bench, Profiler, Recorder, SysctlGuard, TimedPair, Tool, bench_unique,
+    bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interleaved_pairs, interrupt, met,
+    pair_rows, progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -106,40 +106,11 @@ pub struct Stats {
     pub offcpu_user_walks: u64,
 }
 
-/// One interleaved pair of ping-pong runs.
-pub struct Pair {
-    pub profiled_first: bool,
-    /// Wall seconds of the round trips.
-    pub unprofiled: f64,
-    pub profiled: f64,
-    /// sparkprof's utime + stime over the profiled run, and that window.
-    pub cpu: Duration,
-    pub window: Duration,
-    pub stats: Stats,
-}
+/// One interleaved pair of ping-pong runs (seconds of round trips), with
+/// the recording's statistics.
+pub type Pair = TimedPair<Stats>;
 
-impl Pair {
-    fn ratio(&self) -> f64 {
-        self.profiled / self.unprofiled
-    }
-}
-
-pub struct ModeResult {
-    pub mode: Mode,
-    pub pairs: Vec<Pair>,
-}
-
-impl ModeResult {
-    fn ratios(&self) -> Vec<f64> {
-        self.pairs.iter().map(Pair::ratio).collect()
-    }
-
-    fn cpu_percent(&self) -> (f64, f64, f64) {
-        let cpu: f64 = self.pairs.iter().map(|p| p.cpu.as_secs_f64()).sum();
-        let wall: f64 = self.pairs.iter().map(|p| p.window.as_secs_f64()).sum();
-        (100.0 * cpu / wall, cpu, wall)
-    }
-}
+pub type ModeResult = ArmPairs<Mode, Stats>;
 
 /// One ping-pong run under `--off-cpu` with BPF statistics on.
 pub struct KernelRound {
@@ -168,52 +139,31 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
         dir: &dir,
     };
     wait_for_quiet_host()?;
-    let mut modes: Vec<ModeResult> = Mode::ALL
-        .into_iter()
-        .map(|mode| ModeResult {
-            mode,
-            pairs: Vec::new(),
-        })
-        .collect();
-    for pair in 0..runs {
-        // without, with, with, without, ...; and the two modes take turns
-        // going first, so that neither always follows the other.
-        let profiled_first = pair % 2 == 1;
-        let mut order: Vec<&mut ModeResult> = modes.iter_mut().collect();
-        if pair % 2 == 1 {
-            order.reverse();
-        }
-        for result in order {
-            let mode = result.mode;
-            let (mut unprofiled, mut profiled) = (None, None);
-            for with in [profiled_first, !profiled_first] {
-                if with {
-                    profiled = Some(harness.profiled_run(mode)?);
-                } else {
-                    unprofiled = Some(harness.unprofiled_run()?);
-                }
-            }
-            let (Some(unprofiled), Some((profiled, cpu, window, stats))) = (unprofiled, profiled)
-            else {
-                unreachable!("both runs of a pair ran");
-            };
-            progress(&format!(
-                "[offcpu] pair {}/{runs}, {}: {unprofiled:.3} s without, {profiled:.3} s with sparkprof ({:.3}); sparkprof {:.2} s of CPU",
-                pair + 1,
-                mode.label(),
-                profiled / unprofiled,
-                cpu.as_secs_f64()
-            ));
-            result.pairs.push(Pair {
-                profiled_first,
-                unprofiled,
-                profiled,
-                cpu,
-                window,
-                stats,
-            });
-        }
-    }
+    let mut modes: Vec<ModeResult> = Mode::ALL.into_iter().map(ModeResult::new).collect();
+    interleaved_pairs(runs, &mut modes, |pair, profiled_first, result| {
+        let mode = result.arm;
+        let (unprofiled, (profiled, cpu, window, stats)) = run_pair(
+            profiled_first,
+            || harness.unprofiled_run(),
+            || harness.profiled_run(mode),
+        )?;
+        progress(&format!(
+            "[offcpu] pair {}/{runs}, {}: {unprofiled:.3} s without, {profiled:.3} s with sparkprof ({:.3}); sparkprof {:.2} s of CPU",
+            pair + 1,
+            mode.label(),
+            profiled / unprofiled,
+            cpu.as_secs_f64()
+        ));
+        result.pairs.push(Pair {
+            profiled_first,
+            unprofiled,
+            profiled,
+            cpu,
+            window,
+            extra: stats,
+        });
+        Ok(())
+    })?;
     let kernel = harness.kernel_cost()?;
     // The Spark job of section 5, beside `sparkprof record --off-cpu`.
     let spark = super::spark::job_pairs(
@@ -602,51 +552,32 @@ impl OffCpuReport {
              | pair (order) | beside the ping-pong | without, s | with, s | ratio |\n\
              |---|---|--:|--:|--:|\n"
         );
-        for i in 0..runs {
-            for m in &self.modes {
-                let p = &m.pairs[i];
-                let order = if p.profiled_first {
-                    "with first"
-                } else {
-                    "without first"
-                };
-                text += &format!(
-                    "| {} ({order}) | {} | {:.3} | {:.3} | {:.3} |\n",
-                    i + 1,
-                    m.mode.label(),
-                    p.unprofiled,
-                    p.profiled,
-                    p.ratio()
-                );
-            }
-        }
+        text += &pair_rows(
+            &self.modes,
+            |mode| mode.label().to_owned(),
+            |_| String::new(),
+        );
         text += "\n| beside the ping-pong | slowdown, median of the pairs' ratios | sparkprof's CPU while recording (utime + stime) | target |\n|---|--:|--:|---|\n";
         let mut medians = std::collections::HashMap::new();
         for m in &self.modes {
-            let ratios = m.ratios();
-            let ratio = median(&ratios);
-            medians.insert(m.mode, ratio);
-            let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let ratio = m.median_ratio();
+            medians.insert(m.arm, ratio);
             let slowdown = 100.0 * (ratio - 1.0);
-            let (percent, cpu, wall) = m.cpu_percent();
-            let (target, cpu) = match m.mode {
+            let (target, cpu) = match m.arm {
                 Mode::OffCpu => (
                     format!(
                         "< {TARGET_SLOWDOWN_PERCENT} %: {}",
                         met(slowdown < TARGET_SLOWDOWN_PERCENT)
                     ),
-                    format!("{percent:.2} % of one core ({cpu:.2} s in {wall:.1} s)"),
+                    m.cpu_cell(),
                 ),
                 Mode::EmptyProgram => ("(floor)".to_owned(), "–".to_owned()),
-                Mode::OnCpu | Mode::OffCpuOthers => (
-                    "(reference)".to_owned(),
-                    format!("{percent:.2} % of one core ({cpu:.2} s in {wall:.1} s)"),
-                ),
+                Mode::OnCpu | Mode::OffCpuOthers => ("(reference)".to_owned(), m.cpu_cell()),
             };
             text += &format!(
-                "| {} | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {high:.3}) | {cpu} | {target} |\n",
-                m.mode.label()
+                "| {} | {} | {cpu} | {target} |\n",
+                m.arm.label(),
+                m.slowdown_cell()
             );
         }
         let unprofiled: Vec<f64> = self
@@ -676,11 +607,11 @@ impl OffCpuReport {
             points(Mode::OffCpu, Mode::OnCpu),
             points(Mode::OffCpuOthers, Mode::EmptyProgram),
         );
-        if let Some(off) = self.modes.iter().find(|m| m.mode == Mode::OffCpu) {
-            let switches: u64 = off.pairs.iter().map(|p| p.stats.offcpu_switches).sum();
-            let short: u64 = off.pairs.iter().map(|p| p.stats.offcpu_short).sum();
-            let walks: u64 = off.pairs.iter().map(|p| p.stats.offcpu_user_walks).sum();
-            let samples: u64 = off.pairs.iter().map(|p| p.stats.samples).sum();
+        if let Some(off) = self.modes.iter().find(|m| m.arm == Mode::OffCpu) {
+            let switches: u64 = off.pairs.iter().map(|p| p.extra.offcpu_switches).sum();
+            let short: u64 = off.pairs.iter().map(|p| p.extra.offcpu_short).sum();
+            let walks: u64 = off.pairs.iter().map(|p| p.extra.offcpu_user_walks).sum();
+            let samples: u64 = off.pairs.iter().map(|p| p.extra.samples).sum();
             let trips = ROUND_TRIPS * off.pairs.len() as u64;
             text += &format!(
                 "Under `--off-cpu` sparkprof saw {switches} switch-outs of the two processes in \
@@ -751,19 +682,17 @@ mod tests {
     use super::*;
 
     fn pair(profiled_first: bool, unprofiled: f64, profiled: f64) -> Pair {
-        Pair {
+        Pair::fixture(
             profiled_first,
-            unprofiled,
-            profiled,
-            cpu: Duration::from_millis(30),
-            window: Duration::from_millis(2500),
-            stats: Stats {
+            (unprofiled, profiled),
+            Duration::from_millis(3000),
+            Stats {
                 samples: 10,
                 offcpu_switches: 400_000,
                 offcpu_short: 399_000,
                 offcpu_user_walks: 12,
             },
-        }
+        )
     }
 
     #[test]
@@ -771,15 +700,15 @@ mod tests {
         let report = OffCpuReport {
             modes: vec![
                 ModeResult {
-                    mode: Mode::EmptyProgram,
+                    arm: Mode::EmptyProgram,
                     pairs: vec![pair(false, 2.5, 2.6), pair(true, 2.5, 2.6)],
                 },
                 ModeResult {
-                    mode: Mode::OnCpu,
+                    arm: Mode::OnCpu,
                     pairs: vec![pair(false, 2.5, 2.55), pair(true, 2.6, 2.6)],
                 },
                 ModeResult {
-                    mode: Mode::OffCpu,
+                    arm: Mode::OffCpu,
                     pairs: vec![pair(false, 2.5, 2.75), pair(true, 2.5, 2.7)],
                 },
             ],

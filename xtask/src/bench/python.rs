@@ -34,9 +34,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Background, Bench, ProgStats, QUIET_BUSY_PERCENT, Recorder, SysctlGuard, WARM_UP, bench_unique,
-    compile_workload, cpu_time, host_busy_time, interrupt, median, met, pause, progress,
-    sparkprof_index, spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
+    ArmPairs, Background, Bench, ProgStats, QUIET_BUSY_PERCENT, Recorder, SysctlGuard, TimedPair,
+    WARM_UP, bench_unique, compile_workload, cpu_time, host_busy_time, interleaved_pairs,
+    interrupt, met, pair_rows, pause, progress, run_pair, sparkprof_index, spread_percent, timeval,
+    wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -91,53 +92,23 @@ impl PyProfiler {
     }
 }
 
-/// One interleaved pair of workload runs.
-pub struct Pair {
-    pub profiled_first: bool,
-    /// The workload's seconds of work.
-    pub unprofiled: f64,
-    pub profiled: f64,
-    /// The profiler's utime + stime over the profiled run's work, and the
-    /// wall time of that window.
-    pub cpu: Duration,
-    pub window: Duration,
-    /// The profiler's samples of the workload, and those with [`CHAIN`].
+/// A profiled run's samples of the workload, and those with [`CHAIN`].
+#[derive(Clone, Copy)]
+pub struct Chains {
     pub samples: u64,
     pub chained: u64,
 }
 
-impl Pair {
-    fn ratio(&self) -> f64 {
-        self.profiled / self.unprofiled
-    }
-}
+/// One interleaved pair of workload runs.
+pub type Pair = TimedPair<Chains>;
 
-pub struct ProfilerResult {
-    pub profiler: PyProfiler,
-    pub pairs: Vec<Pair>,
-}
+pub type ProfilerResult = ArmPairs<PyProfiler, Chains>;
 
-impl ProfilerResult {
-    fn ratios(&self) -> Vec<f64> {
-        self.pairs.iter().map(Pair::ratio).collect()
-    }
-
-    fn median_ratio(&self) -> f64 {
-        median(&self.ratios())
-    }
-
-    /// (% of one core, CPU seconds, wall seconds) over all profiled runs.
-    fn cpu_percent(&self) -> (f64, f64, f64) {
-        let cpu: f64 = self.pairs.iter().map(|p| p.cpu.as_secs_f64()).sum();
-        let wall: f64 = self.pairs.iter().map(|p| p.window.as_secs_f64()).sum();
-        (100.0 * cpu / wall, cpu, wall)
-    }
-
-    fn chained(&self) -> (u64, u64) {
-        let samples = self.pairs.iter().map(|p| p.samples).sum();
-        let chained = self.pairs.iter().map(|p| p.chained).sum();
-        (chained, samples)
-    }
+/// (samples with the whole chain, samples) over all profiled runs.
+fn chained(result: &ProfilerResult) -> (u64, u64) {
+    let samples = result.pairs.iter().map(|p| p.extra.samples).sum();
+    let chained = result.pairs.iter().map(|p| p.extra.chained).sum();
+    (chained, samples)
 }
 
 /// What sparkprof samples in an in-kernel round.
@@ -284,55 +255,37 @@ pub fn measure(bench: &Bench, runs: usize) -> Result<PythonReport> {
     let mut repeated = Vec::new();
     let mut profilers: Vec<ProfilerResult> = PyProfiler::ALL
         .into_iter()
-        .map(|profiler| ProfilerResult {
-            profiler,
-            pairs: Vec::new(),
-        })
+        .map(ProfilerResult::new)
         .collect();
-    for pair in 0..runs {
-        // without, with, with, without, ...; and the profilers take turns
-        // going first, so that neither always follows the other.
-        let profiled_first = pair % 2 == 1;
-        let mut order: Vec<&mut ProfilerResult> = profilers.iter_mut().collect();
-        if pair % 2 == 1 {
-            order.reverse();
-        }
-        for result in order {
-            let profiler = result.profiler;
-            let what = format!("pair {} of {}", pair + 1, profiler.label());
-            let (unprofiled, profiled) = on_idle_host(&what, &mut repeated, || {
-                let (mut unprofiled, mut profiled) = (None, None);
-                for with in [profiled_first, !profiled_first] {
-                    if with {
-                        profiled = Some(harness.profiled_run(profiler)?);
-                    } else {
-                        unprofiled = Some(harness.unprofiled_run()?);
-                    }
-                }
-                match (unprofiled, profiled) {
-                    (Some(unprofiled), Some(profiled)) => Ok((unprofiled, profiled)),
-                    _ => unreachable!("both runs of a pair ran"),
-                }
-            })?;
-            let profiled = Pair {
+    interleaved_pairs(runs, &mut profilers, |pair, profiled_first, result| {
+        let profiler = result.arm;
+        let what = format!("pair {} of {}", pair + 1, profiler.label());
+        let (unprofiled, profiled) = on_idle_host(&what, &mut repeated, || {
+            run_pair(
                 profiled_first,
-                unprofiled,
-                ..profiled
-            };
-            progress(&format!(
-                "[python] pair {}/{runs}, {}: {unprofiled:.3} s without, {:.3} s with ({:.3}); \
-                 its CPU {:.2} s; {} of {} samples with the whole chain",
-                pair + 1,
-                profiler.label(),
-                profiled.profiled,
-                profiled.ratio(),
-                profiled.cpu.as_secs_f64(),
-                profiled.chained,
-                profiled.samples
-            ));
-            result.pairs.push(profiled);
-        }
-    }
+                || harness.unprofiled_run(),
+                || harness.profiled_run(profiler),
+            )
+        })?;
+        let profiled = Pair {
+            profiled_first,
+            unprofiled,
+            ..profiled
+        };
+        progress(&format!(
+            "[python] pair {}/{runs}, {}: {unprofiled:.3} s without, {:.3} s with ({:.3}); \
+             its CPU {:.2} s; {} of {} samples with the whole chain",
+            pair + 1,
+            profiler.label(),
+            profiled.profiled,
+            profiled.ratio(),
+            profiled.cpu.as_secs_f64(),
+            profiled.extra.chained,
+            profiled.extra.samples
+        ));
+        result.pairs.push(profiled);
+        Ok(())
+    })?;
     let kernel = harness.kernel_cost(&native, &mut repeated)?;
     Ok(PythonReport {
         python: versions.0,
@@ -407,8 +360,7 @@ impl Harness<'_> {
             profiled: seconds,
             cpu,
             window,
-            samples,
-            chained,
+            extra: Chains { samples, chained },
         })
     }
 
@@ -716,30 +668,21 @@ impl PythonReport {
              |---|---|--:|--:|--:|--:|--:|\n",
             self.python, self.py_spy
         );
-        for i in 0..runs {
-            for p in &self.profilers {
-                let pair = &p.pairs[i];
-                let order = if pair.profiled_first {
-                    "with first"
-                } else {
-                    "without first"
-                };
-                text += &format!(
-                    "| {} ({order}) | {} | {:.3} | {:.3} | {:.3} | {} | {:.1} % |\n",
-                    i + 1,
-                    p.profiler.label(),
-                    pair.unprofiled,
-                    pair.profiled,
-                    pair.ratio(),
-                    pair.samples,
-                    percent(pair.chained, pair.samples)
-                );
-            }
-        }
+        text += &pair_rows(
+            &self.profilers,
+            |profiler| profiler.label().to_owned(),
+            |pair| {
+                format!(
+                    " {} | {:.1} % |",
+                    pair.extra.samples,
+                    percent(pair.extra.chained, pair.extra.samples)
+                )
+            },
+        );
         let median_of = |profiler: PyProfiler| {
             self.profilers
                 .iter()
-                .find(|p| p.profiler == profiler)
+                .find(|p| p.arm == profiler)
                 .map_or(f64::NAN, ProfilerResult::median_ratio)
         };
         let (sparkprof, py_spy) = (
@@ -757,13 +700,8 @@ impl PythonReport {
         text += "\n| profiler | slowdown, median of the pairs' ratios | its CPU while recording (utime + stime) | samples with the whole chain | target: below py-spy's slowdown |\n\
                  |---|--:|--:|--:|---|\n";
         for p in &self.profilers {
-            let ratios = p.ratios();
-            let ratio = median(&ratios);
-            let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let (cpu_percent, cpu, wall) = p.cpu_percent();
-            let (chained, samples) = p.chained();
-            let target = match p.profiler {
+            let (chained, samples) = chained(p);
+            let target = match p.arm {
                 PyProfiler::Sparkprof if resolved => met(sparkprof < py_spy).to_owned(),
                 PyProfiler::Sparkprof => format!(
                     "not resolved here ({} by {:.1} points, noise {noise:.1} %)",
@@ -773,9 +711,10 @@ impl PythonReport {
                 PyProfiler::PySpy => "(reference)".to_owned(),
             };
             text += &format!(
-                "| {} | {:+.1} % ({ratio:.3}; pairs {low:.3} – {high:.3}) | {cpu_percent:.2} % of one core ({cpu:.2} s in {wall:.1} s) | {:.1} % ({chained} of {samples}) | {target} |\n",
-                p.profiler.label(),
-                100.0 * (ratio - 1.0),
+                "| {} | {} | {} | {:.1} % ({chained} of {samples}) | {target} |\n",
+                p.arm.label(),
+                p.slowdown_cell(),
+                p.cpu_cell(),
                 percent(chained, samples)
             );
         }
@@ -897,15 +836,15 @@ mod tests {
     use super::*;
 
     fn pair(profiled_first: bool, unprofiled: f64, profiled: f64) -> Pair {
-        Pair {
+        Pair::fixture(
             profiled_first,
-            unprofiled,
-            profiled,
-            cpu: Duration::from_millis(30),
-            window: Duration::from_millis(3000),
-            samples: 300,
-            chained: 297,
-        }
+            (unprofiled, profiled),
+            Duration::from_millis(3000),
+            Chains {
+                samples: 300,
+                chained: 297,
+            },
+        )
     }
 
     fn round(workload: Workload, ns: u64) -> KernelRound {
@@ -926,11 +865,11 @@ mod tests {
             py_spy: "py-spy 0.4.1".to_owned(),
             profilers: vec![
                 ProfilerResult {
-                    profiler: PyProfiler::Sparkprof,
+                    arm: PyProfiler::Sparkprof,
                     pairs: vec![pair(false, 3.0, 3.03), pair(true, 3.0, 3.06)],
                 },
                 ProfilerResult {
-                    profiler: PyProfiler::PySpy,
+                    arm: PyProfiler::PySpy,
                     pairs: vec![pair(false, 3.0, 3.3), pair(true, 2.97, 3.3)],
                 },
             ],
@@ -1000,11 +939,11 @@ mod tests {
             py_spy: String::new(),
             profilers: vec![
                 ProfilerResult {
-                    profiler: PyProfiler::Sparkprof,
+                    arm: PyProfiler::Sparkprof,
                     pairs: vec![pair(false, 3.0, 3.06), pair(true, 3.3, 3.3)],
                 },
                 ProfilerResult {
-                    profiler: PyProfiler::PySpy,
+                    arm: PyProfiler::PySpy,
                     pairs: vec![pair(false, 3.0, 3.09), pair(true, 3.0, 3.06)],
                 },
             ],
@@ -1046,11 +985,11 @@ mod tests {
             py_spy: String::new(),
             profilers: vec![
                 ProfilerResult {
-                    profiler: PyProfiler::Sparkprof,
+                    arm: PyProfiler::Sparkprof,
                     pairs: vec![pair(false, 3.0, 3.3)],
                 },
                 ProfilerResult {
-                    profiler: PyProfiler::PySpy,
+                    arm: PyProfiler::PySpy,
                     pairs: vec![pair(false, 3.0, 3.1)],
                 },
             ],
