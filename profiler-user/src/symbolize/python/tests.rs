@@ -1010,3 +1010,75 @@ fn every_process_on_the_host_probes() {
         start.elapsed()
     );
 }
+
+// ---------------------------------------------------------------------------
+// `-X perf` trampolines (3.12+), named through the trusted perf-map reader
+
+/// A function that runs forever once it has said so, under `-X perf`.
+const TRAMPOLINE_SCRIPT: &str = "\
+def trampoline_leaf():
+    print('ready', flush=True)
+    while True:
+        pass
+
+trampoline_leaf()
+";
+
+/// Waits until CPython's perf map lists `function`'s trampoline and returns
+/// its (start, size, name), read from the file as the test's own truth.
+fn trampoline_entry(pid: u32, function: &str) -> (u64, u64, String) {
+    let path = format!("/tmp/perf-{pid}.map");
+    let wanted = format!(" py::{function}:");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(&wanted)) {
+            let mut fields = line.splitn(3, ' ');
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+            let start = hex(fields.next().unwrap());
+            let size = hex(fields.next().unwrap());
+            return (start, size, fields.next().unwrap().to_owned());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} has no{wanted} line within 30 s:\n{text}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn perf_trampolines_are_named_from_a_trusted_map_only() {
+    let python = interpreter(12);
+    let mut command = Command::new(&python);
+    command.args(["-I", "-X", "perf", "-c", TRAMPOLINE_SCRIPT]);
+    let started = Started::spawn(command);
+    assert_eq!(started.line(), "ready");
+    let pid = started.pid();
+    let (start, size, name) = trampoline_entry(pid, "trampoline_leaf");
+    assert!(name.ends_with(":<string>"), "{name}");
+    let inside = start + size / 2;
+    // Address 1 is mapped nowhere: it goes on to the native symbolizer.
+    let mut symbolizer = crate::symbolize::Symbolizer::default();
+    assert_eq!(symbolizer.name_trampolines(pid, vec![inside, 1]), vec![1]);
+    assert_eq!(
+        symbolizer
+            .trampoline_names
+            .get(&(pid, inside))
+            .map(|n| &**n),
+        Some(name.as_str())
+    );
+
+    // The same map handed to another user is not trusted: the address is
+    // left unnamed rather than named from a file its process did not own.
+    let map = std::ffi::CString::new(format!("/tmp/perf-{pid}.map")).unwrap();
+    // SAFETY: a NUL-terminated path; the test runs as root.
+    assert_eq!(unsafe { libc::chown(map.as_ptr(), 65534, 65534) }, 0);
+    let mut symbolizer = crate::symbolize::Symbolizer::default();
+    assert_eq!(
+        symbolizer.name_trampolines(pid, vec![inside, 1]),
+        vec![1, inside]
+    );
+    assert!(symbolizer.trampoline_names.is_empty());
+    let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
+}
