@@ -897,6 +897,107 @@ fn pid_namespace_3_12() {
     check_pid_namespace(12);
 }
 
+/// A container's view: CPython 3.`minor` runs in its own mount and PID
+/// namespaces from a path that exists only there (its installation bound
+/// onto a tmpfs the host does not see, the original hidden), with its
+/// script there too. The interpreter must be found through
+/// /proc/PID/map_files or /proc/PID/root, and its frames read as usual.
+fn check_mount_namespace(minor: u8) {
+    let python = interpreter(minor);
+    let install = python.parent().unwrap().parent().unwrap().to_owned();
+    let host_dir = tempfile::tempdir().unwrap();
+    let script = host_dir.path().join("script.py");
+    fs::write(&script, SCRIPT).unwrap();
+    let root = host_dir.path().join("container");
+    fs::create_dir(&root).unwrap();
+    let inside = root.join("opt");
+    let setup = format!(
+        "set -e; mount -t tmpfs container {root}; mkdir {inside} {inside}/python {inside}/app; \
+         mount --bind {install} {inside}/python; mount -t tmpfs hidden {pyenv}; \
+         cp {script} {inside}/app/chain_😀.py; \
+         LD_LIBRARY_PATH={inside}/python/lib exec {inside}/python/bin/python3.{minor} -I {inside}/app/chain_😀.py",
+        root = root.display(),
+        inside = inside.display(),
+        install = install.display(),
+        pyenv = PYENV,
+        script = script.display(),
+    );
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+        ])
+        .args(["sh", "-c", &setup]);
+    let mut started = Started::spawn(command);
+    let unshare = started.pid();
+    assert_eq!(started.line(), "ready");
+    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+    let pid: u32 = children
+        .split_whitespace()
+        .next()
+        .expect("unshare's child")
+        .parse()
+        .unwrap();
+    started.extra.push(pid);
+    wait_until_asleep(pid, 3);
+    // The container's paths are not the host's.
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let container_python = inside.join("python");
+    assert!(
+        maps.contains(&*container_python.to_string_lossy()),
+        "3.{minor} not run from {}:\n{maps}",
+        container_python.display()
+    );
+    assert!(
+        !container_python.exists(),
+        "{} is visible on the host",
+        container_python.display()
+    );
+
+    let mut process = PythonProcess::probe(pid)
+        .unwrap()
+        .expect("the container's CPython found");
+    assert_eq!(process.version(), (3, minor));
+    assert!(
+        process.module().starts_with(&container_python),
+        "{}",
+        process.module().display()
+    );
+    let threads = process.threads().unwrap();
+    assert_eq!(
+        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        tasks(pid),
+        "3.{minor} in a container"
+    );
+    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+    let stack = named_stack(&mut process, tstate);
+    let mut main_chain = chain(minor);
+    main_chain.push(expect("main", mark("call entry")));
+    main_chain.push(expect("<module>", mark("call main")));
+    assert_frames(
+        &stack,
+        &main_chain,
+        inside.join("app/chain_😀.py").to_str().unwrap(),
+        &format!("3.{minor} container"),
+    );
+}
+
+#[test]
+fn mount_namespace_3_9() {
+    check_mount_namespace(9);
+}
+
+#[test]
+fn mount_namespace_3_12() {
+    check_mount_namespace(12);
+}
+
 /// Debian's own `/usr/bin/python3.11` links libpython statically: the
 /// interpreter is found in the executable.
 #[test]
