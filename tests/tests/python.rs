@@ -244,6 +244,45 @@ fn deep_recursion_is_cut_and_marked() {
     assert_eq!(with_main, 0, "the root of a cut stack cannot be known");
 }
 
+/// A thread that runs code in a sub-interpreter (3.13's `_interpreters`)
+/// has a thread state in each interpreter: its samples carry the
+/// sub-interpreter's functions, the code it runs, not the main
+/// interpreter's call that entered it.
+#[test]
+fn sub_interpreter_code_is_named() {
+    require_root();
+    let (_, python) = interpreters()
+        .into_iter()
+        .find(|(version, _)| version == "3.13")
+        .expect("the sub-interpreter test needs CPython 3.13 (pyenv's 3.13)");
+    let workload = PyChain::start(&python, "subinterp", 7.0);
+    let recorder = Recorder::start(&["--pid", &workload.pid().to_string()]);
+    std::thread::sleep(Duration::from_secs(4));
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let stacks = cpu_stacks(&recording, workload.pid());
+    let total: u64 = stacks.iter().map(|s| s.count).sum();
+    let sub = |frame: &str, function: &str| {
+        frame.starts_with(&format!("{function} (py_chain_sub.py:"))
+    };
+    let named: u64 = stacks
+        .iter()
+        .filter(|s| {
+            let outer = s.frames.iter().position(|f| sub(f, "sub_outer"));
+            let leaf = s.frames.iter().position(|f| sub(f, "sub_leaf"));
+            matches!((outer, leaf), (Some(o), Some(l)) if o < l)
+        })
+        .map(|s| s.count)
+        .sum();
+    eprintln!("Python 3.13 sub-interpreter: {named} of {total} samples carry sub_outer;sub_leaf");
+    assert!(total >= 100, "only {total} samples");
+    assert!(
+        named * 10 >= total * 8,
+        "{named} of {total} samples carry the sub-interpreter's functions"
+    );
+    workload.wait();
+}
+
 #[test]
 fn python_processes_that_come_and_go() {
     require_root();

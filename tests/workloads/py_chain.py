@@ -95,6 +95,33 @@ def nap(deadline):
         time.sleep(0.05)
 
 
+# What the "subinterp" mode's thread runs in a sub-interpreter (3.13's
+# _interpreters): its own functions, named from a file name of its own.
+SUB_SOURCE = """
+import time
+
+def sub_leaf(deadline):
+    total = 0
+    while time.time() < deadline:
+        total += 1
+
+def sub_outer(deadline):
+    sub_leaf(deadline)
+
+sub_outer(DEADLINE)
+"""
+
+
+def in_sub_interpreter(deadline):
+    import _interpreters
+
+    interp = _interpreters.create()
+    source = SUB_SOURCE.replace("DEADLINE", repr(deadline))
+    code = "exec(compile(%r, 'py_chain_sub.py', 'exec'))" % source
+    _interpreters.exec(interp, code)
+    _interpreters.destroy(interp)
+
+
 def main():
     mode, seconds = sys.argv[1], float(sys.argv[2])
     deadline = time.time() + seconds
@@ -105,6 +132,10 @@ def main():
             thread = threading.Thread(target=target, args=(deadline,))
             thread.start()
             threads.append(thread)
+    if mode == "subinterp":
+        thread = threading.Thread(target=in_sub_interpreter, args=(deadline,))
+        thread.start()
+        threads.append(thread)
     print("ready", flush=True)
     if mode == "chain":
         outer(deadline)
@@ -114,6 +145,8 @@ def main():
         nap(deadline)
     elif mode == "mix":
         mix(deadline)
+    elif mode == "subinterp":
+        nap(deadline)
     else:
         sys.exit("unknown mode " + mode)
     for thread in threads:

@@ -985,6 +985,8 @@ pub struct RawThread {
     pub pthread: u64,
     /// `native_thread_id` (3.11+), in the process's PID namespace.
     pub native_id: Option<u64>,
+    /// `_status.active` (3.12+): its thread runs this thread state now.
+    pub active: Option<bool>,
 }
 
 /// Every thread state of every interpreter, the main interpreter's first,
@@ -1053,6 +1055,8 @@ pub fn list_thread_states(
                 interp,
                 pthread: field_u64(&block, offsets.tstate_thread_id).unwrap_or(0),
                 native_id: field_u64(&block, offsets.tstate_native_thread_id),
+                active: field_u32(&block, offsets.tstate_status)
+                    .map(|status| (status >> offsets.tstate_active_bit) & 1 == 1),
             });
             tstate = field_u64(&block, offsets.tstate_next).unwrap_or(0);
         }

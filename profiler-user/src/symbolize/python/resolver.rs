@@ -246,7 +246,19 @@ impl PythonProcess {
     /// (the main interpreter's).
     pub fn threads(&self) -> Result<Vec<(u32, u64)>, PythonError> {
         let memory = &self.reader.memory;
-        let raw = parser::list_thread_states(memory, self.offsets, self.runtime)?;
+        let mut raw = parser::list_thread_states(memory, self.offsets, self.runtime)?;
+        // A thread that runs code in a sub-interpreter has a thread state in
+        // each interpreter, and the first listed for a thread is the one
+        // kept: on 3.13+ the active one goes first, the others keep the
+        // list's order (the main interpreter's first). 3.12 runs a
+        // sub-interpreter's code on that interpreter's first thread state,
+        // which names the thread that created the interpreter (CPython
+        // gh-109860): there the active bit would hand that thread code
+        // another thread runs, so the list's order stands, and the running
+        // thread shows its main-interpreter frames.
+        if self.offsets.version >= PythonVersion::new(3, 13) {
+            raw.sort_by_key(|thread| thread.active != Some(true));
+        }
         let live = parser::live_threads(self.pid)?;
         let mut result = Vec::with_capacity(raw.len());
         let mut listed = HashSet::new();

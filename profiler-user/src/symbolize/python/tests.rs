@@ -93,6 +93,17 @@ static int state_bit(void (*set)(PyASCIIObject *)) {
 static void set_kind(PyASCIIObject *o) { o->state.kind = 7; }
 static void set_compact(PyASCIIObject *o) { o->state.compact = 1; }
 static void set_ascii(PyASCIIObject *o) { o->state.ascii = 1; }
+#if PY_MINOR_VERSION >= 12
+/* The bit PyThreadState._status.active occupies. */
+static int active_bit(void) {
+    PyThreadState t;
+    unsigned int w;
+    memset(&t, 0, sizeof t);
+    t._status.active = 1;
+    memcpy(&w, (char *)&t + offsetof(PyThreadState, _status), sizeof w);
+    return sizeof t._status == 4 ? __builtin_ctz(w) : -1;
+}
+#endif
 
 int main(void) {
     P("version_hex", PY_VERSION_HEX);
@@ -111,6 +122,13 @@ int main(void) {
     P("tstate_native_thread_id", offsetof(PyThreadState, native_thread_id));
 #else
     NONE("tstate_native_thread_id");
+#endif
+#if PY_MINOR_VERSION >= 12
+    P("tstate_status", offsetof(PyThreadState, _status));
+    P("tstate_active_bit", active_bit());
+#else
+    NONE("tstate_status");
+    NONE("tstate_active_bit");
 #endif
 #if PY_MINOR_VERSION <= 10
     P("tstate_frame", offsetof(PyThreadState, frame));
@@ -996,6 +1014,103 @@ fn mount_namespace_3_9() {
 #[test]
 fn mount_namespace_3_12() {
     check_mount_namespace(12);
+}
+
+/// A thread that runs code in a sub-interpreter (3.12's
+/// `_xxsubinterpreters`, 3.13's `_interpreters`), and so has a thread state
+/// in each interpreter, says ready with its native id.
+const SUB_INTERPRETER_SCRIPT: &str = r#"
+import sys, threading, time
+try:
+    import _xxsubinterpreters as interpreters
+except ImportError:
+    import _interpreters as interpreters
+code = """
+def sub_leaf():
+    while True:
+        pass
+def sub_outer():
+    sub_leaf()
+sub_outer()
+"""
+interp = interpreters.create()
+run = getattr(interpreters, "run_string", None) or getattr(interpreters, "exec")
+worker = threading.Thread(target=run, args=(interp, code), daemon=True)
+worker.start()
+time.sleep(0.2)
+print("ready", worker.native_id, flush=True)
+time.sleep(600)
+"#;
+
+/// On 3.13, the sub-interpreter's thread state is the one read for the
+/// thread that runs it (its main-interpreter one is parked in the call that
+/// switched). 3.12 runs the code on the interpreter's first thread state,
+/// which names the main thread that created it (CPython gh-109860): there
+/// the worker keeps its main-interpreter frames, and the main thread, asleep,
+/// keeps its own rather than taking code it does not run.
+fn check_sub_interpreter(minor: u8) {
+    let python = interpreter(minor);
+    let mut command = Command::new(&python);
+    command.args(["-I", "-c", SUB_INTERPRETER_SCRIPT]);
+    let started = Started::spawn(command);
+    let line = started.line();
+    let worker: u32 = line
+        .strip_prefix("ready ")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let pid = started.pid();
+    let mut process = PythonProcess::probe(pid).unwrap().unwrap();
+    let threads = process.threads().unwrap();
+    assert_eq!(
+        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        tasks(pid),
+        "3.{minor}: every thread once"
+    );
+    let mut functions = |tid: u32| -> Vec<(String, String)> {
+        let tstate = threads.iter().find(|t| t.0 == tid).unwrap().1;
+        named_stack(&mut process, tstate)
+            .into_iter()
+            .map(|(function, file, ..)| (function, file))
+            .collect()
+    };
+    let owned = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|&(f, file)| (f.to_owned(), file.to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        functions(pid),
+        owned(&[("<module>", "<string>")]),
+        "3.{minor}: the main thread's frames"
+    );
+    let worker_frames = functions(worker);
+    if minor >= 13 {
+        assert_eq!(
+            worker_frames,
+            owned(&[
+                ("sub_leaf", "<string>"),
+                ("sub_outer", "<string>"),
+                ("<module>", "<string>")
+            ]),
+            "3.{minor}: the worker's frames"
+        );
+    } else {
+        assert_eq!(
+            worker_frames.first().map(|f| f.0.as_str()),
+            Some("Thread.run"),
+            "3.{minor}: the worker's frames {worker_frames:?}"
+        );
+    }
+}
+
+#[test]
+fn sub_interpreter_3_12() {
+    check_sub_interpreter(12);
+}
+
+#[test]
+fn sub_interpreter_3_13() {
+    check_sub_interpreter(13);
 }
 
 /// Debian's own `/usr/bin/python3.11` links libpython statically: the

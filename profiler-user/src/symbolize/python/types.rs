@@ -118,6 +118,12 @@ pub struct StructOffsets {
     /// `PyThreadState.frame` (3.8–3.10), `.cframe` (3.11–3.12) or
     /// `.current_frame` (3.13).
     pub tstate_frame: u32,
+    /// `PyThreadState._status` (3.12+), a bitfield in one 32-bit word.
+    pub tstate_status: u32,
+    /// Bit of `_status.active`: the thread state is the one its thread runs
+    /// now. A thread that runs code in a sub-interpreter has a thread state
+    /// in each interpreter, and only the one it runs is active.
+    pub tstate_active_bit: u32,
     /// `_PyCFrame.current_frame` (3.11–3.12).
     pub cframe_current_frame: u32,
     /// `PyFrameObject.f_back` or `_PyInterpreterFrame.previous`.
@@ -188,6 +194,8 @@ pub const PY38: StructOffsets = StructOffsets {
     tstate_thread_id: 176,
     tstate_native_thread_id: NO,
     tstate_frame: 24,
+    tstate_status: NO,
+    tstate_active_bit: NO,
     cframe_current_frame: NO,
     frame_previous: 24,
     frame_code: 32,
@@ -246,6 +254,8 @@ pub const PY311: StructOffsets = StructOffsets {
     tstate_thread_id: 152,
     tstate_native_thread_id: 160,
     tstate_frame: 56,
+    tstate_status: NO,
+    tstate_active_bit: NO,
     cframe_current_frame: 8,
     frame_previous: 48,
     frame_code: 32,
@@ -279,6 +289,8 @@ pub const PY312: StructOffsets = StructOffsets {
     interp_threads_head: 72,
     tstate_thread_id: 136,
     tstate_native_thread_id: 144,
+    tstate_status: 24,
+    tstate_active_bit: 4,
     cframe_current_frame: 0,
     frame_previous: 8,
     frame_code: 0,
@@ -304,6 +316,7 @@ pub const PY313: StructOffsets = StructOffsets {
     tstate_thread_id: 152,
     tstate_native_thread_id: 160,
     tstate_frame: 72,
+    tstate_status: 32,
     cframe_current_frame: NO,
     code_code_adaptive: 200,
     ..PY312
@@ -328,7 +341,7 @@ impl StructOffsets {
     }
 
     /// Every numeric field by the name the header test prints it under.
-    pub fn fields(&self) -> [(&'static str, u32); 33] {
+    pub fn fields(&self) -> [(&'static str, u32); 35] {
         [
             ("runtime_interpreters_head", self.runtime_interpreters_head),
             ("runtime_interpreters_main", self.runtime_interpreters_main),
@@ -339,6 +352,8 @@ impl StructOffsets {
             ("tstate_thread_id", self.tstate_thread_id),
             ("tstate_native_thread_id", self.tstate_native_thread_id),
             ("tstate_frame", self.tstate_frame),
+            ("tstate_status", self.tstate_status),
+            ("tstate_active_bit", self.tstate_active_bit),
             ("cframe_current_frame", self.cframe_current_frame),
             ("frame_previous", self.frame_previous),
             ("frame_code", self.frame_code),
@@ -382,6 +397,7 @@ impl StructOffsets {
             self.tstate_thread_id,
             self.tstate_native_thread_id,
             self.tstate_frame,
+            self.tstate_status,
         ])
     }
 
