@@ -262,9 +262,8 @@ fn sub_interpreter_code_is_named() {
     recording.assert_ok();
     let stacks = cpu_stacks(&recording, workload.pid());
     let total: u64 = stacks.iter().map(|s| s.count).sum();
-    let sub = |frame: &str, function: &str| {
-        frame.starts_with(&format!("{function} (py_chain_sub.py:"))
-    };
+    let sub =
+        |frame: &str, function: &str| frame.starts_with(&format!("{function} (py_chain_sub.py:"));
     let named: u64 = stacks
         .iter()
         .filter(|s| {
