@@ -332,7 +332,17 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         }),
         symbolizer: Symbolizer::new(options.jit.clone()),
         python_retries: HashMap::new(),
-        writer: Writer::new(&options.output, options.write),
+        writer: Writer::new(
+            &options.output,
+            WriteOptions {
+                // Off-CPU time comes with wall-clock files, in which a
+                // sample stands for one sampling period.
+                wall_us_per_sample: options
+                    .off_cpu_min_block
+                    .map(|_| 1e6 / options.frequency_hz as f64),
+                ..options.write
+            },
+        ),
     };
     // Processes already running: JVMs' renames (and off-CPU time) are
     // watched from now on, and the names JVM threads have now are asked for

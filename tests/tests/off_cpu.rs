@@ -82,6 +82,39 @@ fn blocked_time_where_threads_wait() {
         "sleeper: {sleeping} us reported, {slept_us} us true"
     );
 
+    // The wall-clock file beside it: the sleeper's on-CPU samples as time
+    // (one sampling period each, under `[on-cpu]`) and its off-CPU time
+    // add up to its life, the 4 s it ran for.
+    let wall: Vec<Stack> = recording
+        .files_of(pid)
+        .into_iter()
+        .filter(|entry| entry["kind"] == "wall")
+        .inspect(|entry| {
+            assert_eq!(entry["unit"], "microseconds");
+            assert!(entry["path"].as_str().unwrap().ends_with(".wall.folded"));
+        })
+        .flat_map(|entry| recording.stacks(entry))
+        .collect();
+    let sleeper_on = micros(&wall, "sleeper", |s| {
+        leaf_is(s, "[on-cpu]") && has_frame(s, "sparkprof_sleeper_loop")
+    });
+    let sleeper_off = micros(&wall, "sleeper", |s| {
+        s.frames.last().is_some_and(|l| l.starts_with("[off-cpu: "))
+    });
+    let life_us = 4_000_000.0;
+    eprintln!(
+        "sleeper wall clock: {sleeper_on} us on the CPU + {sleeper_off} us off it, life {life_us} us, slept {slept_us} us"
+    );
+    assert!(
+        ((sleeper_on + sleeper_off) as f64 - life_us).abs() <= 0.10 * life_us,
+        "sleeper: {sleeper_on} us on + {sleeper_off} us off the CPU, life {life_us} us"
+    );
+    let awake_us = life_us - slept_us as f64;
+    assert!(
+        (sleeper_on as f64 - awake_us).abs() <= 0.25 * awake_us,
+        "sleeper: {sleeper_on} us on the CPU, {awake_us} us awake"
+    );
+
     // The pipe reader waits in read(), in the kernel's pipe read.
     let piped = micros(&stacks, "piperead", |s| {
         leaf_is(s, "[off-cpu: sleep]")

@@ -151,6 +151,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
         },
         write: WriteOptions {
             task_frames: args.task_frames,
+            ..WriteOptions::default()
         },
         jvm_rename_uprobe: args.thread_names == ThreadNames::Auto,
         off_cpu_min_block: args

@@ -61,7 +61,8 @@ pub struct FileEntry {
     pub path: String,
     pub svg: String,
     pub kind: ProfileKind,
-    /// `samples` (on-CPU) or `microseconds` (off-CPU): what `samples` counts.
+    /// `samples` (on-CPU) or `microseconds` (off-CPU, wall-clock): what
+    /// `samples` counts.
     pub unit: &'static str,
     pub samples: u64,
     pub start: String,
@@ -133,6 +134,7 @@ impl FileEntry {
         let kind = match self.kind {
             ProfileKind::Cpu => "on-CPU",
             ProfileKind::Offcpu => "off-CPU (microseconds)",
+            ProfileKind::Wall => "wall-clock, on- and off-CPU (microseconds)",
         };
         format!("sparkprof {kind}: {who}")
     }

@@ -14,7 +14,10 @@
 //! DIR/processes/<name>-<pid>.cpu.folded            every other user process
 //! DIR/kernel/kernel-threads.cpu.folded             all kernel threads together
 //! ```
-//! Each `.folded` file has its flame graph beside it (`.svg`). `<app>` is
+//! With off-CPU recording, each group with off-CPU time also has a
+//! `.offcpu.folded` file (microseconds blocked) and a `.wall.folded` file
+//! (on-CPU samples as time under an `[on-cpu]` leaf, plus the off-CPU
+//! time). Each `.folded` file has its flame graph beside it (`.svg`). `<app>` is
 //! the application ID (`unknown-app` when it cannot be found, e.g. a driver
 //! whose executors are not on this host).
 //! # Folded lines
@@ -22,7 +25,8 @@
 //! count. The first frame is the process (`name [pid]`), the second the thread
 //! (its name), then the stack from the outermost frame to the leaf; kernel
 //! frames carry a `_[k]` suffix; `[truncated]` at the root of the stack marks
-//! a stack cut at the depth limit. Counts are samples.
+//! a stack cut at the depth limit. Counts are samples (on-CPU files) or
+//! microseconds (off-CPU and wall-clock files).
 
 pub mod atomic;
 pub mod folded;
@@ -54,6 +58,12 @@ pub enum ProfileKind {
     Cpu,
     /// Off-CPU time, in microseconds.
     Offcpu,
+    /// Wall-clock time, in microseconds: on-CPU samples as the time they
+    /// stand for (one sampling period each) under an `[on-cpu]` leaf, beside
+    /// the off-CPU time, so that one flame graph shows where a thread's
+    /// (or a stage's) time went. Written for the groups that have off-CPU
+    /// time.
+    Wall,
 }
 
 impl ProfileKind {
@@ -68,6 +78,7 @@ impl ProfileKind {
         match self {
             Self::Cpu => "cpu",
             Self::Offcpu => "offcpu",
+            Self::Wall => "wall",
         }
     }
 
@@ -75,7 +86,7 @@ impl ProfileKind {
     pub fn unit(self) -> &'static str {
         match self {
             Self::Cpu => "samples",
-            Self::Offcpu => "microseconds",
+            Self::Offcpu | Self::Wall => "microseconds",
         }
     }
 }
@@ -116,7 +127,13 @@ pub struct WriteOptions {
     /// (`task 3.0 TID 57`) so a flame graph splits per task; otherwise all
     /// task threads share one frame and the stage's stacks merge.
     pub task_frames: bool,
+    /// With off-CPU recording: the microseconds one on-CPU sample stands for
+    /// (the sampling period), for the wall-clock files ([`ProfileKind::Wall`]).
+    pub wall_us_per_sample: Option<f64>,
 }
+
+/// The leaf frame of on-CPU time in a wall-clock file.
+pub const ON_CPU_FRAME: &str = "[on-cpu]";
 
 /// The thread frame of all task samples when tasks are not split.
 const TASK_THREAD_FRAME: &str = "Executor task launch worker";
@@ -256,6 +273,15 @@ struct OutputFile {
     dirty: bool,
 }
 
+impl OutputFile {
+    fn add(&mut self, line: String, count: u64, start: SystemTime, end: SystemTime) {
+        *self.stacks.entry(line).or_insert(0) += count;
+        self.entry.samples += count;
+        self.entry.extend_time(start, end);
+        self.dirty = true;
+    }
+}
+
 /// The write stage: folded aggregates per file, flushed on demand.
 pub struct Writer {
     dir: PathBuf,
@@ -288,22 +314,45 @@ impl Writer {
         self.start = Some(self.start.map_or(drain.start, |s| s.min(drain.start)));
         self.end = Some(self.end.map_or(drain.end, |e| e.max(drain.end)));
         for sample in drain.samples {
-            self.add_sample(ProfileKind::of(sample.kind), sample, drain.start, drain.end);
+            self.add_sample(&sample, (drain.start, drain.end));
         }
     }
 
-    fn add_sample(
+    fn add_sample(&mut self, sample: &SymbolizedSample, (start, end): (SystemTime, SystemTime)) {
+        let group = Group::of(sample);
+        let thread = match (&group, &sample.task) {
+            (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => task.task_label(),
+            (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.to_owned(),
+            _ => sample.thread_name.clone(),
+        };
+        let line = folded::stack_line(sample, &thread);
+        if let Some(us_per_sample) = self.options.wall_us_per_sample {
+            let (wall_line, micros) = match sample.kind {
+                SampleKind::OnCpu => (
+                    format!("{line};{ON_CPU_FRAME}"),
+                    (sample.count as f64 * us_per_sample).round() as u64,
+                ),
+                SampleKind::OffCpu(_) => (line.clone(), sample.count),
+            };
+            self.file(ProfileKind::Wall, &group, sample, start)
+                .add(wall_line, micros, start, end);
+        }
+        self.file(ProfileKind::of(sample.kind), &group, sample, start)
+            .add(line, sample.count, start, end);
+    }
+
+    /// The file of `kind` for `group`, created on its first sample.
+    fn file(
         &mut self,
         kind: ProfileKind,
-        sample: SymbolizedSample,
+        group: &Group,
+        sample: &SymbolizedSample,
         start: SystemTime,
-        end: SystemTime,
-    ) {
-        let group = Group::of(&sample);
+    ) -> &mut OutputFile {
         let key = (kind, group.clone());
         if !self.files.contains_key(&key) {
-            let rel_path = self.unique_path(kind, &group, &sample);
-            let entry = index::FileEntry::new(&rel_path, kind, &group.meta(&sample), start, end);
+            let rel_path = self.unique_path(kind, group, sample);
+            let entry = index::FileEntry::new(&rel_path, kind, &group.meta(sample), start, start);
             self.used_paths.insert(rel_path.clone(), key.clone());
             self.files.insert(
                 key.clone(),
@@ -315,17 +364,16 @@ impl Writer {
                 },
             );
         }
-        let file = self.files.get_mut(&key).expect("inserted above");
-        let thread = match (&group, &sample.task) {
-            (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => task.task_label(),
-            (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.to_owned(),
-            _ => sample.thread_name.clone(),
-        };
-        let line = folded::stack_line(&sample, &thread);
-        *file.stacks.entry(line).or_insert(0) += sample.count;
-        file.entry.samples += sample.count;
-        file.entry.extend_time(start, end);
-        file.dirty = true;
+        self.files.get_mut(&key).expect("inserted above")
+    }
+
+    /// Whether a file is written: a wall-clock file only beside off-CPU
+    /// time (elsewhere it would be the on-CPU file again, in other units).
+    fn shown(&self, (kind, group): &(ProfileKind, Group)) -> bool {
+        *kind != ProfileKind::Wall
+            || self
+                .files
+                .contains_key(&(ProfileKind::Offcpu, group.clone()))
     }
 
     fn unique_path(&self, kind: ProfileKind, group: &Group, sample: &SymbolizedSample) -> PathBuf {
@@ -359,7 +407,16 @@ impl Writer {
     pub fn flush(&mut self, header: &index::Header) -> io::Result<usize> {
         let mut written = 0;
         let mut first_error = None;
-        for file in self.files.values_mut().filter(|f| f.dirty) {
+        let hidden: Vec<(ProfileKind, Group)> = self
+            .files
+            .keys()
+            .filter(|key| !self.shown(key))
+            .cloned()
+            .collect();
+        for (key, file) in &mut self.files {
+            if !file.dirty || hidden.contains(key) {
+                continue;
+            }
             let text = folded::render(&file.stacks);
             let svg_rel = file.rel_path.with_extension("svg");
             let result =
@@ -378,8 +435,12 @@ impl Writer {
                 }
             }
         }
-        let mut entries: Vec<index::FileEntry> =
-            self.files.values().map(|f| f.entry.clone()).collect();
+        let mut entries: Vec<index::FileEntry> = self
+            .files
+            .iter()
+            .filter(|(key, _)| !hidden.contains(key))
+            .map(|(_, f)| f.entry.clone())
+            .collect();
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         let index = index::Index::new(header, self.start, self.end, entries);
         atomic::write_atomic(&self.dir, Path::new("index.json"), &index.to_json())?;
@@ -387,5 +448,117 @@ impl Writer {
             Some(err) => Err(err),
             None => Ok(written),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::Arc,
+        time::{Duration, UNIX_EPOCH},
+    };
+
+    use super::*;
+    use crate::{
+        collect::off_cpu::OffCpuState,
+        enrich::{Runtime, spark::SparkProcess},
+        symbolize::{Frame, FrameKind},
+    };
+
+    fn sample(pid: u32, kind: SampleKind, leaf: &str, count: u64) -> SymbolizedSample {
+        SymbolizedSample {
+            process: Arc::new(ProcessInfo {
+                pid,
+                start_ticks: 7,
+                name: "java".into(),
+                kernel_thread: false,
+                runtime: Runtime::Native,
+                spark: SparkProcess::other(),
+            }),
+            tid: pid + 1,
+            thread_name: "worker".into(),
+            task: None,
+            kind,
+            frames: vec![Frame {
+                name: leaf.into(),
+                kind: FrameKind::User,
+            }],
+            count,
+        }
+    }
+
+    fn header() -> index::Header {
+        index::Header {
+            tool: "sparkprof test".into(),
+            host: "host".into(),
+            frequency_hz: 99,
+            stack_depth: 127,
+            stats: Default::default(),
+            jit: Default::default(),
+            threads: Default::default(),
+        }
+    }
+
+    #[test]
+    fn wall_clock_files_join_on_cpu_time_and_off_cpu_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Writer::new(
+            dir.path(),
+            WriteOptions {
+                task_frames: false,
+                wall_us_per_sample: Some(1e6 / 99.0),
+            },
+        );
+        let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let sleep = SampleKind::OffCpu(OffCpuState::Sleep);
+        writer.add(SymbolizedDrain {
+            start,
+            end: start + Duration::from_secs(1),
+            samples: vec![
+                sample(10, SampleKind::OnCpu, "spin", 3),
+                sample(10, sleep, "[off-cpu: sleep]", 5_000),
+                // No off-CPU time in this process: no wall-clock file.
+                sample(20, SampleKind::OnCpu, "spin", 2),
+            ],
+        });
+        writer.flush(&header()).unwrap();
+
+        let wall =
+            std::fs::read_to_string(dir.path().join("processes/java-10.wall.folded")).unwrap();
+        assert_eq!(
+            wall,
+            "java [10];worker;[off-cpu: sleep] 5000\njava [10];worker;spin;[on-cpu] 30303\n"
+        );
+        assert!(dir.path().join("processes/java-10.wall.svg").exists());
+        let cpu = std::fs::read_to_string(dir.path().join("processes/java-10.cpu.folded")).unwrap();
+        assert_eq!(cpu, "java [10];worker;spin 3\n");
+        assert!(!dir.path().join("processes/java-20.wall.folded").exists());
+
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("index.json")).unwrap()).unwrap();
+        let files = index["files"].as_array().unwrap();
+        let kinds: Vec<(&str, &str, u64)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap(),
+                    f["unit"].as_str().unwrap(),
+                    f["samples"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("processes/java-10.cpu.folded", "samples", 3),
+                ("processes/java-10.offcpu.folded", "microseconds", 5_000),
+                ("processes/java-10.wall.folded", "microseconds", 35_303),
+                ("processes/java-20.cpu.folded", "samples", 2),
+            ]
+        );
+        assert_eq!(
+            files[2]["kind"], "wall",
+            "the wall-clock file's kind in index.json"
+        );
     }
 }
