@@ -106,6 +106,18 @@ fn cpu_stacks(recording: &Recording, pid: u32) -> Vec<Stack> {
         .collect()
 }
 
+/// `py_chain.py MODE` run for 7 s, recorded alone (`--pid`) for 4 s of
+/// them: the running workload and its on-CPU stacks.
+fn recorded_alone(python: &Path, mode: &str) -> (PyChain, Vec<Stack>) {
+    let workload = PyChain::start(python, mode, 7.0);
+    let recorder = Recorder::start(&["--pid", &workload.pid().to_string()]);
+    std::thread::sleep(Duration::from_secs(4));
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let stacks = cpu_stacks(&recording, workload.pid());
+    (workload, stacks)
+}
+
 /// Whether `frame` is the Python function `function` of the workload.
 fn is_function(frame: &str, function: &str) -> bool {
     frame.starts_with(&format!("{function} (")) && frame.contains("py_chain.py")
@@ -210,12 +222,7 @@ fn python_call_chains_in_every_version() {
 fn deep_recursion_is_cut_and_marked() {
     require_root();
     let (version, python) = interpreters().pop().unwrap();
-    let workload = PyChain::start(&python, "deep", 7.0);
-    let recorder = Recorder::start(&["--pid", &workload.pid().to_string()]);
-    std::thread::sleep(Duration::from_secs(4));
-    let recording = recorder.stop_with(libc::SIGINT);
-    recording.assert_ok();
-    let stacks = cpu_stacks(&recording, workload.pid());
+    let (_workload, stacks) = recorded_alone(&python, "deep");
     let total: u64 = stacks.iter().map(|s| s.count).sum();
     // 250 recursive calls are deeper than the kernel records: the stack
     // keeps the innermost frames, says it was cut, and never shows main.
@@ -255,12 +262,7 @@ fn sub_interpreter_code_is_named() {
         .into_iter()
         .find(|(version, _)| version == "3.13")
         .expect("the sub-interpreter test needs CPython 3.13 (pyenv's 3.13)");
-    let workload = PyChain::start(&python, "subinterp", 7.0);
-    let recorder = Recorder::start(&["--pid", &workload.pid().to_string()]);
-    std::thread::sleep(Duration::from_secs(4));
-    let recording = recorder.stop_with(libc::SIGINT);
-    recording.assert_ok();
-    let stacks = cpu_stacks(&recording, workload.pid());
+    let (workload, stacks) = recorded_alone(&python, "subinterp");
     let total: u64 = stacks.iter().map(|s| s.count).sum();
     let sub =
         |frame: &str, function: &str| frame.starts_with(&format!("{function} (py_chain_sub.py:"));

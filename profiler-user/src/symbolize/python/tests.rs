@@ -852,6 +852,51 @@ fn version_from_exported_api() {
 
 /// A process in its own PID namespace (as in a container): the thread
 /// ids CPython and the C library record are the namespace's; the list
+impl Started {
+    /// Starts `unshare ... -- python SCRIPT` and returns it with the pid of
+    /// the interpreter (unshare's child) once the script is ready and its
+    /// 3 threads are asleep.
+    fn unshared(command: Command) -> (Self, u32) {
+        let mut started = Self::spawn(command);
+        let unshare = started.pid();
+        assert_eq!(started.line(), "ready");
+        let children =
+            fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+        let pid: u32 = children
+            .split_whitespace()
+            .next()
+            .expect("unshare's child")
+            .parse()
+            .unwrap();
+        started.extra.push(pid);
+        wait_until_asleep(pid, 3);
+        (started, pid)
+    }
+}
+
+/// Every thread of `pid` is listed once, with the host's ids, and the main
+/// thread's frames are [`SCRIPT`]'s chain up to `<module>`, in `script`.
+fn assert_main_thread_chain(
+    process: &mut PythonProcess,
+    pid: u32,
+    minor: u8,
+    script: &str,
+    context: &str,
+) {
+    let threads = process.threads().unwrap();
+    assert_eq!(
+        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        tasks(pid),
+        "3.{minor} {context}"
+    );
+    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+    let stack = named_stack(process, tstate);
+    let mut main_chain = chain(minor);
+    main_chain.push(expect("main", mark("call entry")));
+    main_chain.push(expect("<module>", mark("call main")));
+    assert_frames(&stack, &main_chain, script, &format!("3.{minor} {context}"));
+}
+
 /// gives this host's.
 fn check_pid_namespace(minor: u8) {
     let python = interpreter(minor);
@@ -864,18 +909,7 @@ fn check_pid_namespace(minor: u8) {
         .arg(&python)
         .arg("-I")
         .arg(&script);
-    let mut started = Started::spawn(command);
-    let unshare = started.pid();
-    assert_eq!(started.line(), "ready");
-    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
-    let pid: u32 = children
-        .split_whitespace()
-        .next()
-        .expect("unshare's child")
-        .parse()
-        .unwrap();
-    started.extra.push(pid);
-    wait_until_asleep(pid, 3);
+    let (_started, pid) = Started::unshared(command);
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(
         status
@@ -886,22 +920,12 @@ fn check_pid_namespace(minor: u8) {
 
     let mut process = PythonProcess::probe(pid).unwrap().unwrap();
     assert_eq!(process.version(), (3, minor));
-    let threads = process.threads().unwrap();
-    assert_eq!(
-        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
-        tasks(pid),
-        "3.{minor} in a PID namespace"
-    );
-    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
-    let stack = named_stack(&mut process, tstate);
-    let mut main_chain = chain(minor);
-    main_chain.push(expect("main", mark("call entry")));
-    main_chain.push(expect("<module>", mark("call main")));
-    assert_frames(
-        &stack,
-        &main_chain,
+    assert_main_thread_chain(
+        &mut process,
+        pid,
+        minor,
         script.to_str().unwrap(),
-        &format!("3.{minor} namespace"),
+        "in a PID namespace",
     );
 }
 
@@ -952,18 +976,7 @@ fn check_mount_namespace(minor: u8) {
             "--kill-child",
         ])
         .args(["sh", "-c", &setup]);
-    let mut started = Started::spawn(command);
-    let unshare = started.pid();
-    assert_eq!(started.line(), "ready");
-    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
-    let pid: u32 = children
-        .split_whitespace()
-        .next()
-        .expect("unshare's child")
-        .parse()
-        .unwrap();
-    started.extra.push(pid);
-    wait_until_asleep(pid, 3);
+    let (_started, pid) = Started::unshared(command);
     // The container's paths are not the host's.
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let container_python = inside.join("python");
@@ -987,22 +1000,12 @@ fn check_mount_namespace(minor: u8) {
         "{}",
         process.module().display()
     );
-    let threads = process.threads().unwrap();
-    assert_eq!(
-        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
-        tasks(pid),
-        "3.{minor} in a container"
-    );
-    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
-    let stack = named_stack(&mut process, tstate);
-    let mut main_chain = chain(minor);
-    main_chain.push(expect("main", mark("call entry")));
-    main_chain.push(expect("<module>", mark("call main")));
-    assert_frames(
-        &stack,
-        &main_chain,
+    assert_main_thread_chain(
+        &mut process,
+        pid,
+        minor,
         inside.join("app/chain_😀.py").to_str().unwrap(),
-        &format!("3.{minor} container"),
+        "in a container",
     );
 }
 
