@@ -163,6 +163,9 @@ pub struct OffCpuKey {
     /// Where in its own code it waited: key of `OFFCPU_USER_STACKS` (a
     /// hash of the frames, walked as it left), `0` for none.
     pub user_stack: u64,
+    /// Where in its Python code it waited (a followed CPython thread): key
+    /// of `OFFCPU_PY_STACKS`, `0` for none.
+    pub python_stack: u64,
     /// The thread's name epoch while it was away.
     pub name_epoch: u32,
     /// How it was switched out, in the encoding of the sched_switch record's
@@ -249,6 +252,10 @@ pub struct OffCpuStart {
     pub state: u32,
     /// Which of `sites` the open period left from.
     pub site: u32,
+    /// The Python stack it left from (walked at every switch-out of a
+    /// followed CPython thread: unlike the native stack, a Python chain
+    /// cannot be told apart by registers), `0` for none.
+    pub python_stack: u64,
     pub sites: [OffCpuSite; OFFCPU_SITES],
     pub comm: [u8; COMM_LEN],
 }
@@ -356,6 +363,9 @@ pub mod names {
     pub const OFFCPU_START: &str = "OFFCPU_START";
     /// `HashMap<u64, OffCpuKernelStack>`: kernel stacks of off-CPU periods.
     pub const OFFCPU_KERNEL_STACKS: &str = "OFFCPU_KERNEL_STACKS";
+    /// `HashMap<u64, PythonStack>`: Python stacks of off-CPU periods, by a
+    /// hash of their frames; kept for the whole recording.
+    pub const OFFCPU_PY_STACKS: &str = "OFFCPU_PY_STACKS";
     /// `Array<u32>` indexed by `tgid & OFFCPU_SLOT_MASK`: the tgid whose
     /// off-CPU time is recorded, `0` for none. An array, not a hash: it is
     /// read at every context switch of the host.
@@ -381,6 +391,8 @@ pub const DEFAULT_OFFCPU_THREADS: u32 = 32_768;
 pub const OFFCPU_SITE_TTL_NS: u64 = 100_000_000;
 /// Entries of `OFFCPU_KERNEL_STACKS`.
 pub const OFFCPU_KERNEL_STACK_ENTRIES: u32 = 16_384;
+/// Entries of `OFFCPU_PY_STACKS`.
+pub const OFFCPU_PY_STACK_ENTRIES: u32 = 4_096;
 
 /// Entries of the thread-epoch map (least recently used are evicted).
 pub const THREAD_EPOCH_ENTRIES: u32 = 65_536;
@@ -404,7 +416,7 @@ mod user {
     // SAFETY: SampleKey is repr(C), Copy, has no padding (6 x u32, u64, [u8; 16]) and
     // every bit pattern is valid.
     unsafe impl aya::Pod for super::SampleKey {}
-    // SAFETY: repr(C), Copy, no padding (2 x u32, 2 x u64, 2 x u32,
+    // SAFETY: repr(C), Copy, no padding (2 x u32, 3 x u64, 2 x u32,
     // [u8; 16]), any bits valid.
     unsafe impl aya::Pod for super::OffCpuKey {}
     // SAFETY: repr(C), an array of u64, any bits valid.
@@ -429,12 +441,12 @@ mod tests {
 
     #[test]
     fn off_cpu_records_have_no_padding() {
-        assert_eq!(core::mem::size_of::<OffCpuKey>(), 2 * 8 + 4 * 4 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<OffCpuKey>(), 3 * 8 + 4 * 4 + COMM_LEN);
         assert_eq!(core::mem::size_of::<OffCpuUserStack>(), 1016);
         assert_eq!(core::mem::size_of::<OffCpuSite>(), 48);
         assert_eq!(
             core::mem::size_of::<OffCpuStart>(),
-            8 + 4 * 4 + 48 * OFFCPU_SITES + COMM_LEN
+            8 + 4 * 4 + 8 + 48 * OFFCPU_SITES + COMM_LEN
         );
     }
 

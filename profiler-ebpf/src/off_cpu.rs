@@ -8,7 +8,8 @@
 //!   it left, and its user stack go to its `OFFCPU_START` slot. The user
 //!   stack can only be read here, in its own context; walking it costs more
 //!   than a short context switch, so a walk is reused while the thread
-//!   leaves from the same site (see `OffCpuSite`).
+//!   leaves from the same site (see `OffCpuSite`). A followed CPython
+//!   thread's Python frames are walked too, every time.
 //! - `next` with an open slot: if it was away at least
 //!   `OFFCPU_MIN_BLOCK_NS`, its kernel stack (still the one it blocked in:
 //!   it has not run since) is read with `bpf_get_task_stack`, and the time
@@ -30,11 +31,13 @@ use aya_ebpf::{
 use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_STACK_ENTRIES, OFFCPU_SITE_TTL_NS,
-    OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey, OffCpuSite, OffCpuStart, OffCpuUserStack,
-    stat,
+    OFFCPU_PY_STACK_ENTRIES, OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey, OffCpuSite,
+    OffCpuStart, OffCpuUserStack, PythonStack, stat,
 };
 
-use crate::{on_cpu::active_buffer, stats::count_stat, thread_names::thread_epoch};
+use crate::{
+    on_cpu::active_buffer, python::python_stack, stats::count_stat, thread_names::thread_epoch,
+};
 
 #[unsafe(no_mangle)]
 static OFFCPU_MIN_BLOCK_NS: Global<u64> = Global::new(0);
@@ -65,6 +68,10 @@ static OFFCPU_USER_STACKS: HashMap<u64, OffCpuUserStack> =
 static USER_STACK_SCRATCH: PerCpuArray<OffCpuUserStack> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static SCAN_SCRATCH: PerCpuArray<[u64; SCAN_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+static OFFCPU_PY_STACKS: HashMap<u64, PythonStack> =
+    HashMap::with_max_entries(OFFCPU_PY_STACK_ENTRIES, 0);
 
 #[map]
 static OFFCPU_KERNEL_STACKS: HashMap<u64, OffCpuKernelStack> =
@@ -165,6 +172,7 @@ fn switched_out(ctx: &BtfTracePointContext) {
         older
     };
     slot.site = index as u32;
+    slot.python_stack = python_stack(tgid, tid, &OFFCPU_PY_STACKS);
     slot.tid = tid;
     slot.tgid = tgid;
     slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
@@ -198,6 +206,7 @@ fn switched_in(ctx: &BtfTracePointContext) {
         tid,
         kernel_stack: kernel_stack(next_task),
         user_stack: slot.sites[(slot.site & 1) as usize].stack,
+        python_stack: slot.python_stack,
         name_epoch: thread_epoch(tid),
         state: slot.state,
         comm: slot.comm,

@@ -17,7 +17,11 @@ use profiler_common::{
     stack_error, stat,
 };
 
-use crate::{python::python_stack, stats::count_stat, thread_names::thread_epoch};
+use crate::{
+    python::{python_stack, sample_stacks},
+    stats::count_stat,
+    thread_names::thread_epoch,
+};
 
 /// Non-zero: sample only the processes in `TARGET_TGIDS` (`--pid`).
 #[unsafe(no_mangle)]
@@ -69,7 +73,7 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         kernel_stack_id,
         name_epoch: thread_epoch(tid),
         flags: 0,
-        python_stack: python_stack(tgid, tid, buffer),
+        python_stack: python_stack(tgid, tid, sample_stacks(buffer)),
         comm,
     };
     add_one(&ctx, counts, &key);

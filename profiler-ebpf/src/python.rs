@@ -1,4 +1,4 @@
-//! CPython frames for on-CPU samples.
+//! CPython frames for on-CPU samples and off-CPU periods.
 //!
 //! CPython keeps its call stack in its own frame structs, not in frame
 //! pointers (and the interpreters on real hosts are built without them), so
@@ -42,11 +42,17 @@ static PY_SCRATCH: PerCpuArray<PythonStack> = PerCpuArray::with_max_entries(1, 0
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
-/// The current thread's Python stack, filed in the `buffer`'s stack map
-/// under a hash of its frames; `0` when the thread is not a registered
-/// Python thread or has no Python frame now.
+/// The stack map of on-CPU samples of `buffer`.
 #[inline(always)]
-pub fn python_stack(tgid: u32, tid: u32, buffer: u32) -> u64 {
+pub fn sample_stacks(buffer: u32) -> &'static HashMap<u64, PythonStack> {
+    if buffer == 0 { &PY_STACKS_0 } else { &PY_STACKS_1 }
+}
+
+/// The current thread's Python stack, filed in `stacks` under a hash of its
+/// frames; `0` when the thread is not a registered Python thread or has no
+/// Python frame now.
+#[inline(always)]
+pub fn python_stack(tgid: u32, tid: u32, stacks: &HashMap<u64, PythonStack>) -> u64 {
     let Some(offsets) = (unsafe { PY_PROCS.get(&tgid) }) else {
         return 0;
     };
@@ -95,11 +101,6 @@ pub fn python_stack(tgid: u32, tid: u32, buffer: u32) -> u64 {
     stack.len = len;
     hash ^= u64::from(stack.truncated);
     let hash = hash.max(1);
-    let stacks = if buffer == 0 {
-        &PY_STACKS_0
-    } else {
-        &PY_STACKS_1
-    };
     if unsafe { stacks.get(&hash) }.is_none()
         && stacks.insert(&hash, stack, BPF_NOEXIST as u64).is_err()
     {

@@ -251,6 +251,47 @@ fn deep_recursion_is_cut_and_marked() {
     assert_eq!(with_main, 0, "the root of a cut stack cannot be known");
 }
 
+/// Off-CPU time of a Python thread (`--off-cpu`) carries its Python
+/// frames, walked as it left the CPU: the sleeper's naps show under `nap`
+/// at the line of its `time.sleep`, with `main` above.
+#[test]
+fn off_cpu_time_carries_python_frames() {
+    require_root();
+    let (version, python) = interpreters().pop().unwrap();
+    let workload = PyChain::start(&python, "sleeper", 7.0);
+    let pid = workload.pid().to_string();
+    let recorder = Recorder::start(&["--off-cpu", "--pid", &pid]);
+    std::thread::sleep(Duration::from_secs(4));
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let stacks: Vec<Stack> = recording
+        .files_of(workload.pid())
+        .into_iter()
+        .filter(|entry| entry["kind"] == "offcpu")
+        .flat_map(|entry| recording.stacks(entry))
+        .collect();
+    let asleep = |s: &&Stack| s.frames.last().is_some_and(|f| f == "[off-cpu: sleep]");
+    let total: u64 = stacks.iter().filter(asleep).map(|s| s.count).sum();
+    let nap_line = format!("py_chain.py:{})", line_of("time.sleep(0.05)"));
+    let in_nap: u64 = stacks
+        .iter()
+        .filter(asleep)
+        .filter(|s| {
+            has_chain(s, &["main", "nap"])
+                && s.frames
+                    .iter()
+                    .any(|f| is_function(f, "nap") && f.ends_with(&nap_line))
+        })
+        .map(|s| s.count)
+        .sum();
+    eprintln!("Python {version}: {in_nap} of {total} us asleep under main;nap ({nap_line})");
+    assert!(total >= 3_000_000, "only {total} us asleep in 4 s");
+    assert!(
+        in_nap * 10 >= total * 9,
+        "{in_nap} of {total} us asleep under main;nap:\n{stacks:#?}"
+    );
+}
+
 /// A thread that runs code in a sub-interpreter (3.13's `_interpreters`)
 /// has a thread state in each interpreter: its samples carry the
 /// sub-interpreter's functions, the code it runs, not the main

@@ -14,6 +14,8 @@
 //!   function, and a thread reading /dev/zero with kernel stacks;
 //! - `off_cpu_sleep`: sched_switch records a thread's 20 x 50 ms in
 //!   nanosleep as about 1 s off the CPU in state sleep, with stacks;
+//! - `off_cpu_python_frames`: the same sleeps of a thread registered with a
+//!   fake CPython 3.13 thread state carry its fake frame chain;
 //! - `task_rename_tracepoint`: `prctl(PR_SET_NAME)` renames of a watched
 //!   process are announced with rising name epochs, which its samples carry;
 //! - `jvm_rename_uprobe`: the rename uprobe, placed on this binary's own
@@ -96,16 +98,17 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 4] = [
+    let checks: [(&str, Check); 5] = [
         ("on_cpu_samples", check_on_cpu),
         ("off_cpu_sleep", check_off_cpu),
+        ("off_cpu_python_frames", check_off_cpu_python),
         ("task_rename_tracepoint", check_task_rename),
         ("jvm_rename_uprobe", check_uprobe),
     ];
     match collector {
         Some(mut collector) => {
             for (name, check) in checks {
-                let result = if name == "off_cpu_sleep" && !off_cpu {
+                let result = if name.starts_with("off_cpu") && !off_cpu {
                     Err("not run: the off-CPU programs did not load (see load_off_cpu)".into())
                 } else {
                     check(&mut collector, pid)
@@ -323,6 +326,62 @@ fn check_off_cpu(collector: &mut Collector, _pid: u32) -> Result<String, String>
     Ok(format!(
         "{slept_us} us off the CPU in state sleep for 20 x 50 ms in nanosleep, with kernel and \
          user stacks"
+    ))
+}
+
+/// A thread registered with a fake CPython 3.13 thread state sleeps 20 x
+/// 50 ms: the off-CPU program walks its fake frames as it leaves the CPU,
+/// and its time asleep carries them.
+fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    let case = python::FakeThread::cases()
+        .into_iter()
+        .next()
+        .expect("a fake thread");
+    collector
+        .watch_python(pid, &case.offsets)
+        .map_err(|err| format!("watch_python: {err}"))?;
+    drain(collector)?;
+    let sleeper = Worker::spawn(|_| workload::sleep_in_nanosleep(20, Duration::from_millis(50)));
+    collector.set_python_threads(pid, &[(sleeper.tid, case.tstate())]);
+    let tid = sleeper.tid;
+    sleeper.finish();
+    let mut samples = drain(collector)?.samples;
+    samples.extend(drain(collector)?.samples);
+    collector.set_python_threads(pid, &[]);
+
+    let want = RawPythonStack {
+        frames: case.expected.clone(),
+        truncated: case.truncated,
+    };
+    let asleep: Vec<&RawSample> = samples
+        .iter()
+        .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
+        .collect();
+    let total = sum(asleep.iter().map(|s| s.count));
+    let matching = sum(asleep
+        .iter()
+        .filter(|s| s.python.as_ref() == Some(&want))
+        .map(|s| s.count));
+    if !(900_000..=1_600_000).contains(&total) {
+        return Err(format!(
+            "{total} us off the CPU in state sleep, expected about 1000000 (20 x 50 ms)"
+        ));
+    }
+    // The first sleep may begin before the thread is registered.
+    if (matching as f64) < 0.85 * total as f64 {
+        let other = asleep
+            .iter()
+            .find(|s| s.python.as_ref() != Some(&want))
+            .map(|s| describe_python(s.python.as_ref()));
+        return Err(format!(
+            "{matching} of {total} us asleep carry the fake chain ({} frames); another: {}",
+            want.frames.len(),
+            other.unwrap_or_default()
+        ));
+    }
+    Ok(format!(
+        "{matching} of {total} us asleep carry the {} fake frames exactly",
+        want.frames.len()
     ))
 }
 

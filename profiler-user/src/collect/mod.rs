@@ -231,6 +231,7 @@ impl Collector {
                 loader.map_max_entries(names::OFFCPU_WATCHED, 1);
                 loader.map_max_entries(names::OFFCPU_START, 1);
                 loader.map_max_entries(names::OFFCPU_KERNEL_STACKS, 1);
+                loader.map_max_entries(names::OFFCPU_PY_STACKS, 1);
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, 1);
                 }

@@ -18,11 +18,13 @@ use aya::{
 };
 use profiler_common::{
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey,
-    OffCpuUserStack, names,
+    OffCpuUserStack, PythonStack, names,
 };
 use tracing::{debug, warn};
 
-use super::{CollectError, RawSample, RawStack, SampleKind, comm_to_string, take_map};
+use super::{
+    CollectError, RawPythonStack, RawSample, RawStack, SampleKind, comm_to_string, take_map,
+};
 
 /// What the off-CPU recorder counts.
 #[derive(Clone, Debug)]
@@ -130,6 +132,7 @@ pub struct OffCpuRecorder {
     counts: [HashMap<MapData, OffCpuKey, u64>; 2],
     user_stacks: HashMap<MapData, u64, OffCpuUserStack>,
     kernel_stacks: HashMap<MapData, u64, OffCpuKernelStack>,
+    python_stacks: HashMap<MapData, u64, PythonStack>,
     watched_slots: Array<MapData, u32>,
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
@@ -138,6 +141,7 @@ pub struct OffCpuRecorder {
     /// cleared during a recording.
     stack_cache: StdHashMap<u64, RawStack>,
     kernel_stack_cache: StdHashMap<u64, RawStack>,
+    python_stack_cache: StdHashMap<u64, Option<RawPythonStack>>,
     stack_depth: usize,
 }
 
@@ -177,11 +181,13 @@ impl OffCpuRecorder {
             ],
             user_stacks: take_map(ebpf, names::OFFCPU_USER_STACKS)?,
             kernel_stacks: take_map(ebpf, names::OFFCPU_KERNEL_STACKS)?,
+            python_stacks: take_map(ebpf, names::OFFCPU_PY_STACKS)?,
             watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
             watched: StdHashMap::new(),
             slot_mask: globals.slot_mask,
             stack_cache: StdHashMap::new(),
             kernel_stack_cache: StdHashMap::new(),
+            python_stack_cache: StdHashMap::new(),
             stack_depth: stack_depth as usize,
         })
     }
@@ -238,7 +244,7 @@ impl OffCpuRecorder {
                 comm: comm_to_string(&key.comm),
                 user,
                 kernel,
-                python: None,
+                python: self.python_stack(key.python_stack),
                 kind: SampleKind::OffCpu(OffCpuState::from_prev_state(key.state)),
                 count: (nanos + 500) / 1_000,
             });
@@ -266,6 +272,25 @@ impl OffCpuRecorder {
             }
         };
         self.stack_cache.insert(hash, stack.clone());
+        stack
+    }
+
+    /// A Python stack by the hash the program filed it under (`0`: none).
+    fn python_stack(&mut self, hash: u64) -> Option<RawPythonStack> {
+        if hash == 0 {
+            return None;
+        }
+        if let Some(stack) = self.python_stack_cache.get(&hash) {
+            return stack.clone();
+        }
+        let stack = match self.python_stacks.get(&hash, 0) {
+            Ok(stack) => Some(RawPythonStack::from_kernel(&stack)),
+            Err(err) => {
+                debug!(hash, "off-CPU Python stack lookup failed: {err}");
+                None
+            }
+        };
+        self.python_stack_cache.insert(hash, stack.clone());
         stack
     }
 

@@ -27,6 +27,17 @@ pub struct RawPythonStack {
     pub truncated: bool,
 }
 
+impl RawPythonStack {
+    /// The frames the kernel recorded in `stack`.
+    pub fn from_kernel(stack: &PythonStack) -> Self {
+        let len = (stack.len as usize).min(PY_MAX_FRAMES);
+        Self {
+            frames: stack.frames[..len].to_vec(),
+            truncated: stack.truncated != 0,
+        }
+    }
+}
+
 /// The Python maps of the loaded programs.
 pub struct PythonMaps {
     processes: HashMap<MapData, u32, PythonOffsets>,
@@ -93,13 +104,7 @@ impl PythonMaps {
             return None;
         }
         match self.stacks[idle].get(&hash, 0) {
-            Ok(stack) => {
-                let len = (stack.len as usize).min(PY_MAX_FRAMES);
-                Some(RawPythonStack {
-                    frames: stack.frames[..len].to_vec(),
-                    truncated: stack.truncated != 0,
-                })
-            }
+            Ok(stack) => Some(RawPythonStack::from_kernel(&stack)),
             Err(err) => {
                 debug!(hash, "Python stack lookup failed: {err}");
                 None
