@@ -45,7 +45,11 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// The stack map of on-CPU samples of `buffer`.
 #[inline(always)]
 pub fn sample_stacks(buffer: u32) -> &'static HashMap<u64, PythonStack> {
-    if buffer == 0 { &PY_STACKS_0 } else { &PY_STACKS_1 }
+    if buffer == 0 {
+        &PY_STACKS_0
+    } else {
+        &PY_STACKS_1
+    }
 }
 
 /// The current thread's Python stack, filed in `stacks` under a hash of its
