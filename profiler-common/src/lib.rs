@@ -367,7 +367,8 @@ pub mod names {
     /// hash of their frames; kept for the whole recording.
     pub const OFFCPU_PY_STACKS: &str = "OFFCPU_PY_STACKS";
     /// `Array<u32>` indexed by `tgid & OFFCPU_SLOT_MASK`: the tgid whose
-    /// off-CPU time is recorded, `0` for none. An array, not a hash: it is
+    /// off-CPU time is recorded (with [`crate::OFFCPU_WATCHED_PYTHON`] set
+    /// when its Python frames are followed), `0` for none. An array, not a hash: it is
     /// read at every context switch of the host.
     pub const OFFCPU_WATCHED: &str = "OFFCPU_WATCHED";
     /// Global `u32`: slots of `OFFCPU_WATCHED`, minus one (a power of two).
@@ -382,6 +383,9 @@ pub mod names {
 pub const DEFAULT_OFFCPU_COUNT_ENTRIES: u32 = 65_536;
 /// Default entries of the off-CPU stack map.
 pub const DEFAULT_OFFCPU_STACK_ENTRIES: u32 = 8_192;
+/// Set in an `OFFCPU_WATCHED` value (beside the tgid) when the process's
+/// Python frames are followed: only then does a switch-out look for them.
+pub const OFFCPU_WATCHED_PYTHON: u32 = 1 << 31;
 /// Most slots of `OFFCPU_WATCHED`: with a larger `pid_max`, process ids
 /// share slots modulo this.
 pub const MAX_OFFCPU_SLOTS: u32 = 1 << 18;

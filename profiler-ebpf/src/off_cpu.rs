@@ -31,8 +31,8 @@ use aya_ebpf::{
 use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_STACK_ENTRIES, OFFCPU_PY_STACK_ENTRIES,
-    OFFCPU_SITE_TTL_NS, OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey, OffCpuSite, OffCpuStart,
-    OffCpuUserStack, PythonStack, stat,
+    OFFCPU_SITE_TTL_NS, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey,
+    OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, stat,
 };
 
 use crate::{
@@ -116,10 +116,12 @@ fn switched_out(ctx: &BtfTracePointContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let tgid = (pid_tgid >> 32) as u32;
-    match OFFCPU_WATCHED.get(tgid & OFFCPU_SLOT_MASK.load()) {
-        Some(&watched) if watched == tgid && tid != 0 => {}
+    let python = match OFFCPU_WATCHED.get(tgid & OFFCPU_SLOT_MASK.load()) {
+        Some(&watched) if watched & !OFFCPU_WATCHED_PYTHON == tgid && tid != 0 => {
+            watched & OFFCPU_WATCHED_PYTHON != 0
+        }
         _ => return,
-    }
+    };
     let task = unsafe { bpf_get_current_task() };
     let slot = match OFFCPU_START.get_ptr_mut(&task) {
         Some(slot) => slot,
@@ -172,7 +174,11 @@ fn switched_out(ctx: &BtfTracePointContext) {
         older
     };
     slot.site = index as u32;
-    slot.python_stack = python_stack(tgid, tid, &OFFCPU_PY_STACKS);
+    slot.python_stack = if python {
+        python_stack(tgid, tid, &OFFCPU_PY_STACKS)
+    } else {
+        0
+    };
     slot.tid = tid;
     slot.tgid = tgid;
     slot.state = report_state(preempt & 0xff != 0, prev_state as u32);

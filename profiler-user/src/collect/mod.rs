@@ -378,7 +378,11 @@ impl Collector {
 
     /// Follows a CPython process's frames (see [`python`]).
     pub fn watch_python(&mut self, pid: u32, offsets: &PythonOffsets) -> Result<(), CollectError> {
-        self.python.watch(pid, offsets)
+        self.python.watch(pid, offsets)?;
+        if let Some(off_cpu) = self.off_cpu.as_mut() {
+            off_cpu.follow_python(pid);
+        }
+        Ok(())
     }
 
     /// Replaces the threads of a followed CPython process: (tid,

@@ -17,8 +17,8 @@ use aya::{
     programs::{BtfTracePoint, Program, ProgramError, TracePoint},
 };
 use profiler_common::{
-    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OffCpuKernelStack, OffCpuKey,
-    OffCpuUserStack, PythonStack, names,
+    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
+    OffCpuKernelStack, OffCpuKey, OffCpuUserStack, PythonStack, names,
 };
 use tracing::{debug, warn};
 
@@ -216,6 +216,17 @@ impl OffCpuRecorder {
             })?;
         self.watched.insert(slot, pid);
         Ok(())
+    }
+
+    /// Marks a watched process as one whose Python frames are followed:
+    /// its threads' switch-outs then walk them too.
+    pub fn follow_python(&mut self, pid: u32) {
+        let slot = pid & self.slot_mask;
+        if self.watched.get(&slot) == Some(&pid) {
+            let _ = self
+                .watched_slots
+                .set(slot, &(pid | OFFCPU_WATCHED_PYTHON), 0);
+        }
     }
 
     pub fn forget(&mut self, pid: u32) {
