@@ -355,13 +355,7 @@ impl Recorder {
         ready: &str,
     ) -> Result<Self> {
         let log = dir.join("log");
-        let log_file = fs::File::create(&log)?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("starting {command:?}"))?;
+        let child = spawn_logged(&mut command, &log)?;
         let mut recorder = Self {
             name,
             child,
@@ -436,6 +430,17 @@ impl Drop for Recorder {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Starts a profiler with no input and its stdout and stderr in `log`.
+fn spawn_logged(command: &mut Command, log: &Path) -> Result<Child> {
+    let log_file = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .spawn()
+        .with_context(|| format!("starting {command:?}"))
 }
 
 /// A recording's index.json.
@@ -994,13 +999,7 @@ impl Running {
             ready,
             settle,
         } = profiler.launch(&bench.sparkprof, &dir);
-        let log_file = fs::File::create(&log)?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("starting {profiler}: {command:?}"))?;
+        let child = spawn_logged(&mut command, &log).with_context(|| profiler.to_string())?;
         let mut running = Self {
             profiler,
             child,
