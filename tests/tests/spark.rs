@@ -4,7 +4,8 @@
 //! UDF stage and Python RDD lambdas. sparkprof records the whole host from
 //! before the application starts; its (executor, stage) files must match the
 //! task time in Spark's own event log, and the pyspark workers' samples must
-//! carry their executor's ID.
+//! carry their executor's ID. It records with `--off-cpu`: off-CPU time is
+//! tagged per stage too, and the workers' waits carry Python frames.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -45,7 +46,7 @@ fn spark_stages_are_tagged_per_executor() {
     let freq = FREQUENCY.to_string();
     // Stopped by SIGINT below; the duration only ends it should the test
     // panic before that.
-    let recorder = Recorder::start(&["--frequency", &freq, "--duration", "600"]);
+    let recorder = Recorder::start(&["--frequency", &freq, "--duration", "600", "--off-cpu"]);
     let job = cluster.run_job("spark_job.py", &["3", "2000000"], Duration::from_secs(240));
     let recording = recorder.stop_with(libc::SIGINT);
     // Ground truth, read before the cluster's directory goes.
@@ -63,13 +64,78 @@ fn spark_stages_are_tagged_per_executor() {
     );
     recording.assert_ok();
 
-    check(&truth, &job, &recording.files());
+    let app_id = truth.app_id.clone();
+    let kind = |wanted: &'static str| {
+        let app_id = app_id.clone();
+        move |f: &&Value| s(&f["kind"]) == Some(wanted) && s(&f["app_id"]) == Some(&app_id)
+    };
+    let cpu_files: Vec<&Value> = recording
+        .files()
+        .into_iter()
+        .filter(|f| s(&f["kind"]) == Some("cpu"))
+        .collect();
+    check(&truth, &job, &cpu_files);
+
+    // Off-CPU time (`--off-cpu`) is tagged like the samples: every
+    // executor's task threads have off-CPU time in stage files of stages
+    // the event log says it ran.
+    for executor in &truth.executors {
+        let stages: Vec<u64> = recording
+            .files()
+            .into_iter()
+            .filter(kind("offcpu"))
+            .filter(|f| s(&f["executor_id"]) == Some(executor.as_str()))
+            .filter(|f| f["samples"].as_u64().unwrap_or(0) > 0)
+            .filter_map(|f| f["stage_id"].as_u64())
+            .collect();
+        eprintln!("executor {executor}: off-CPU time in stages {stages:?}");
+        assert!(
+            !stages.is_empty(),
+            "no off-CPU stage file of executor {executor}"
+        );
+        for stage in &stages {
+            assert!(
+                truth.stages.contains_key(&(executor.clone(), *stage)),
+                "executor {executor} has off-CPU time in stage {stage}, which it did not run"
+            );
+        }
+    }
+    // The PySpark workers wait for the JVM in Python code: their off-CPU
+    // time carries Python frames of pyspark's own modules.
+    let mut waiting: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for f in recording.files().into_iter().filter(kind("offcpu")) {
+        if s(&f["role"]) != Some("pyspark-worker") {
+            continue;
+        }
+        let Some(executor) = s(&f["executor_id"]) else {
+            continue;
+        };
+        let entry = waiting.entry(executor.to_owned()).or_default();
+        for stack in recording.stacks(f) {
+            entry.1 += stack.count;
+            if stack
+                .frames
+                .iter()
+                .any(|frame| frame.contains("/pyspark/") && frame.contains(".py:"))
+            {
+                entry.0 += stack.count;
+            }
+        }
+    }
+    eprintln!("pyspark-worker off-CPU us under pyspark's Python frames, of all: {waiting:?}");
+    for executor in &truth.executors {
+        let (python, _) = waiting.get(executor).copied().unwrap_or_default();
+        assert!(
+            python > 0,
+            "no off-CPU time of executor {executor}'s pyspark workers under pyspark's Python frames: {waiting:?}"
+        );
+    }
 
     // Python frames in the workers: the UDF's own function (a Python
     // function in spark_job.py) shows under each executor that ran it.
     let mut udf: BTreeMap<String, u64> = BTreeMap::new();
-    for f in recording.files() {
-        if s(&f["role"]) != Some("pyspark-worker") || s(&f["app_id"]) != Some(&truth.app_id) {
+    for f in recording.files().into_iter().filter(kind("cpu")) {
+        if s(&f["role"]) != Some("pyspark-worker") {
             continue;
         }
         let Some(executor) = s(&f["executor_id"]) else {
