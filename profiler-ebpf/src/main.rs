@@ -11,6 +11,7 @@
 #![no_std]
 #![no_main]
 
+mod hashed_stacks;
 mod off_cpu;
 mod on_cpu;
 mod python;

@@ -36,7 +36,11 @@ use profiler_common::{
 };
 
 use crate::{
-    on_cpu::active_buffer, python::python_stack, stats::count_stat, thread_names::thread_epoch,
+    hashed_stacks::{self, FNV_OFFSET, fnv},
+    on_cpu::active_buffer,
+    python::python_stack,
+    stats::count_stat,
+    thread_names::thread_epoch,
 };
 
 #[unsafe(no_mangle)]
@@ -87,8 +91,6 @@ const SCAN_WORDS: usize = 64;
 const MAX_FRAME_DISTANCE: u64 = 8 << 20;
 /// The end of x86-64 user space (47-bit addresses).
 const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// `prev_state` bits, as the kernel keeps them in `task_struct::__state`.
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -296,10 +298,10 @@ fn user_stack(ip: u64, sp: u64, bp: u64) -> u64 {
         if index >= len {
             stack.ips[index] = 0;
         } else {
-            hash = (hash ^ stack.ips[index]).wrapping_mul(FNV_PRIME);
+            hash = fnv(hash, stack.ips[index]);
         }
     }
-    store_stack(&OFFCPU_USER_STACKS, hash.max(1), stack)
+    hashed_stacks::store(&OFFCPU_USER_STACKS, hash, stack, stat::OFFCPU_STACKS_LOST)
 }
 
 /// Could `frame` be a frame record of this stack, above `below`?
@@ -354,20 +356,6 @@ fn scan_for_frame_record(sp: u64) -> u64 {
     0
 }
 
-/// Files `value` under `hash` unless a stack is there already; returns
-/// the hash (`0` if it could not be stored).
-#[inline(always)]
-fn store_stack<V>(map: &HashMap<u64, V>, hash: u64, value: &V) -> u64 {
-    if unsafe { map.get(&hash) }.is_some() {
-        return hash;
-    }
-    if map.insert(&hash, value, BPF_NOEXIST as u64).is_err() {
-        count_stat(stat::OFFCPU_STACKS_LOST);
-        return 0;
-    }
-    hash
-}
-
 /// Reads `next`'s kernel stack and files it under a hash of its frames;
 /// returns the hash, `0` if there is none.
 #[inline(always)]
@@ -389,10 +377,15 @@ fn kernel_stack(next: *mut task_struct) -> u64 {
         if index >= frames {
             scratch.ips[index] = 0;
         } else {
-            hash = (hash ^ scratch.ips[index]).wrapping_mul(FNV_PRIME);
+            hash = fnv(hash, scratch.ips[index]);
         }
     }
-    store_stack(&OFFCPU_KERNEL_STACKS, hash.max(1), scratch)
+    hashed_stacks::store(
+        &OFFCPU_KERNEL_STACKS,
+        hash,
+        scratch,
+        stat::OFFCPU_STACKS_LOST,
+    )
 }
 
 /// The sched_switch record's `prev_state` for a raw `__state`.

@@ -10,7 +10,6 @@
 //! code objects and computing lines is left to userspace.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::bpf_probe_read_user,
     macros::map,
     maps::{HashMap, PerCpuArray},
@@ -20,7 +19,7 @@ use profiler_common::{
     PythonOffsets, PythonStack, python_layout, stat,
 };
 
-use crate::stats::count_stat;
+use crate::hashed_stacks::{self, FNV_OFFSET, fnv};
 
 #[map]
 static PY_PROCS: HashMap<u32, PythonOffsets> = HashMap::with_max_entries(MAX_PYTHON_PROCESSES, 0);
@@ -38,9 +37,6 @@ static PY_STACKS_1: HashMap<u64, PythonStack> =
 /// Scratch space for one Python stack (too large for the BPF stack).
 #[map]
 static PY_SCRATCH: PerCpuArray<PythonStack> = PerCpuArray::with_max_entries(1, 0);
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// The stack map of on-CPU samples of `buffer`.
 #[inline(always)]
@@ -91,8 +87,7 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &HashMap<u64, PythonStack>) -> 
             read_u64(frame + u64::from(offsets.frame_instr))
         };
         stack.frames[index] = PythonFrame { code, instr };
-        hash = (hash ^ code).wrapping_mul(FNV_PRIME);
-        hash = (hash ^ instr).wrapping_mul(FNV_PRIME);
+        hash = fnv(fnv(hash, code), instr);
         len = index as u32 + 1;
         frame = read_u64(frame + u64::from(offsets.frame_previous));
     }
@@ -104,14 +99,7 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &HashMap<u64, PythonStack>) -> 
     stack.truncated = u32::from(frame != 0);
     stack.len = len;
     hash ^= u64::from(stack.truncated);
-    let hash = hash.max(1);
-    if unsafe { stacks.get(&hash) }.is_none()
-        && stacks.insert(&hash, stack, BPF_NOEXIST as u64).is_err()
-    {
-        count_stat(stat::PY_STACKS_LOST);
-        return 0;
-    }
-    hash
+    hashed_stacks::store(stacks, hash, stack, stat::PY_STACKS_LOST)
 }
 
 /// The thread's innermost frame: through `cframe` on 3.11 and 3.12.
