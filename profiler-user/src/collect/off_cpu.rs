@@ -1,13 +1,14 @@
-//! Off-CPU time from `sched_switch` (switch-out) and `finish_task_switch`
-//! (switch-in).
+//! Off-CPU time from the `sched_switch` BTF tracepoint (switch-out and
+//! switch-in both).
 //!
 //! The kernel side (profiler-ebpf `off_cpu.rs`) adds each blocked period of
 //! a thread of interest to (thread, stacks, name epoch, state) in the active
-//! buffer; here those counts are drained with the on-CPU ones, their stacks
-//! read from the one off-CPU stack map (never cleared during a recording: a
-//! thread may stay blocked across many drains and its stack ids must stay
-//! valid until it runs again; a full map loses new stacks, counted), and
-//! the nanoseconds turned into microseconds.
+//! buffer; here those counts are drained with the on-CPU ones, their user,
+//! kernel and Python stacks read from the off-CPU stack maps by the hash
+//! they were filed under (never cleared during a recording: a thread may
+//! stay blocked across many drains and its stacks must stay there until it
+//! runs again; a full map loses new stacks, counted), and the nanoseconds
+//! turned into microseconds.
 
 use std::{collections::HashMap as StdHashMap, time::Duration};
 
@@ -266,76 +267,85 @@ impl OffCpuRecorder {
 
     /// A user stack by the hash the program filed it under (`0`: none).
     fn user_stack(&mut self, hash: u64) -> RawStack {
-        if hash == 0 {
-            return RawStack::Absent;
-        }
-        if let Some(stack) = self.stack_cache.get(&hash) {
-            return stack.clone();
-        }
-        let stack = match self.user_stacks.get(&hash, 0) {
-            Ok(stack) => {
+        let depth = self.stack_depth;
+        cached_lookup(
+            &mut self.stack_cache,
+            &self.user_stacks,
+            hash,
+            ("user", RawStack::Lost(-libc::ENOENT)),
+            |stack| {
                 let len = (stack.len as usize).min(OFFCPU_USER_DEPTH);
-                frames(&stack.ips[..len], OFFCPU_USER_DEPTH, self.stack_depth)
-            }
-            Err(err) => {
-                debug!(hash, "off-CPU user stack lookup failed: {err}");
-                RawStack::Lost(-libc::ENOENT)
-            }
-        };
-        self.stack_cache.insert(hash, stack.clone());
-        stack
+                frames(&stack.ips[..len], OFFCPU_USER_DEPTH, depth)
+            },
+        )
+        .unwrap_or(RawStack::Absent)
     }
 
     /// A Python stack by the hash the program filed it under (`0`: none).
     fn python_stack(&mut self, hash: u64) -> Option<RawPythonStack> {
-        if hash == 0 {
-            return None;
-        }
-        if let Some(stack) = self.python_stack_cache.get(&hash) {
-            return stack.clone();
-        }
-        let stack = match self.python_stacks.get(&hash, 0) {
-            Ok(stack) => Some(RawPythonStack::from_kernel(&stack)),
-            Err(err) => {
-                debug!(hash, "off-CPU Python stack lookup failed: {err}");
-                None
-            }
-        };
-        self.python_stack_cache.insert(hash, stack.clone());
-        stack
+        cached_lookup(
+            &mut self.python_stack_cache,
+            &self.python_stacks,
+            hash,
+            ("Python", None),
+            |stack| Some(RawPythonStack::from_kernel(&stack)),
+        )
+        .flatten()
     }
 
     /// A kernel stack by the hash the program filed it under (`0`: none).
     fn kernel_stack(&mut self, hash: u64) -> RawStack {
-        if hash == 0 {
-            return RawStack::Absent;
-        }
-        if let Some(stack) = self.kernel_stack_cache.get(&hash) {
-            return stack.clone();
-        }
-        let stack = match self.kernel_stacks.get(&hash, 0) {
-            Ok(stack) => {
+        let depth = self.stack_depth;
+        cached_lookup(
+            &mut self.kernel_stack_cache,
+            &self.kernel_stacks,
+            hash,
+            ("kernel", RawStack::Lost(-libc::ENOENT)),
+            |stack| {
                 let ips: Vec<u64> = stack
                     .ips
                     .iter()
                     .copied()
                     .take_while(|&ip| ip != 0)
                     .collect();
-                let truncated = ips.len() >= OFFCPU_KERNEL_DEPTH.min(self.stack_depth);
+                let truncated = ips.len() >= OFFCPU_KERNEL_DEPTH.min(depth);
                 if ips.is_empty() {
                     RawStack::Absent
                 } else {
                     RawStack::Frames { ips, truncated }
                 }
-            }
-            Err(err) => {
-                debug!(hash, "off-CPU kernel stack lookup failed: {err}");
-                RawStack::Lost(-libc::ENOENT)
-            }
-        };
-        self.kernel_stack_cache.insert(hash, stack.clone());
-        stack
+            },
+        )
+        .unwrap_or(RawStack::Absent)
     }
+}
+
+/// What the stack filed under `hash` in `map` reads as (`convert`), through
+/// `cache`: the off-CPU stack maps are never cleared during a recording, so
+/// a stack once read stays valid. `None` for hash `0` (no stack); a hash
+/// the map does not hold reads as `lost`, and is logged.
+fn cached_lookup<V: aya::Pod, T: Clone>(
+    cache: &mut StdHashMap<u64, T>,
+    map: &HashMap<MapData, u64, V>,
+    hash: u64,
+    (what, lost): (&str, T),
+    convert: impl FnOnce(V) -> T,
+) -> Option<T> {
+    if hash == 0 {
+        return None;
+    }
+    if let Some(stack) = cache.get(&hash) {
+        return Some(stack.clone());
+    }
+    let stack = match map.get(&hash, 0) {
+        Ok(stack) => convert(stack),
+        Err(err) => {
+            debug!(hash, "off-CPU {what} stack lookup failed: {err}");
+            lost
+        }
+    };
+    cache.insert(hash, stack.clone());
+    Some(stack)
 }
 
 /// The frames of a stack (leaf first), cut to `depth`; truncated when the
