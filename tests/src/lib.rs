@@ -8,7 +8,7 @@
 pub mod spark;
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
@@ -335,6 +335,35 @@ impl Workload {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
         Self { child: Some(child) }
+    }
+
+    /// Starts it and waits until the first line it prints is `ready`
+    /// (read byte by byte, so that [`Workload::wait`] still gets the rest).
+    pub fn start_ready(program: &Path, args: &[&str], ready: &str) -> Self {
+        let mut workload = Self::start(program, args);
+        let stdout = workload
+            .child
+            .as_mut()
+            .and_then(|child| child.stdout.as_mut())
+            .expect("piped stdout");
+        // One byte per read: a buffer would swallow what follows the line.
+        let mut line = Vec::new();
+        let mut byte = [0u8];
+        loop {
+            match stdout.read(&mut byte) {
+                Ok(0) => break,
+                Ok(_) if byte[0] == b'\n' => break,
+                Ok(_) => line.push(byte[0]),
+                Err(err) => panic!("reading {}: {err}", program.display()),
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&line),
+            ready,
+            "{} did not start",
+            program.display()
+        );
+        workload
     }
 
     pub fn pid(&self) -> u32 {

@@ -7,13 +7,12 @@
 //! The workload is `tests/workloads/py_chain.py`.
 
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use sparkprof_tests::{Recorder, Recording, Stack, require_root};
+use sparkprof_tests::{Recorder, Recording, Stack, Workload, require_root};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/py_chain.py");
 
@@ -58,42 +57,10 @@ fn interpreters() -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// A running `py_chain.py`, killed when dropped.
-struct PyChain {
-    child: Child,
-}
-
-impl PyChain {
-    fn start(python: &Path, mode: &str, seconds: f64) -> Self {
-        let mut child = Command::new(python)
-            .args([SCRIPT, mode, &seconds.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|err| panic!("starting {}: {err}", python.display()));
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "{} did not start", python.display());
-        Self { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn wait(mut self) {
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "py_chain.py failed: {status}");
-    }
-}
-
-impl Drop for PyChain {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `py_chain.py MODE SECONDS` under `python`, once it says it is ready;
+/// killed when dropped.
+fn py_chain(python: &Path, mode: &str, seconds: f64) -> Workload {
+    Workload::start_ready(python, &[SCRIPT, mode, &seconds.to_string()], "ready")
 }
 
 /// On-CPU stacks of a process.
@@ -108,8 +75,8 @@ fn cpu_stacks(recording: &Recording, pid: u32) -> Vec<Stack> {
 
 /// `py_chain.py MODE` run for 7 s, recorded alone (`--pid`) for 4 s of
 /// them: the running workload and its on-CPU stacks.
-fn recorded_alone(python: &Path, mode: &str) -> (PyChain, Vec<Stack>) {
-    let workload = PyChain::start(python, mode, 7.0);
+fn recorded_alone(python: &Path, mode: &str) -> (Workload, Vec<Stack>) {
+    let workload = py_chain(python, mode, 7.0);
     let recorder = Recorder::start(&["--pid", &workload.pid().to_string()]);
     std::thread::sleep(Duration::from_secs(4));
     let recording = recorder.stop_with(libc::SIGINT);
@@ -156,9 +123,9 @@ fn python_call_chains_in_every_version() {
     let interpreters = interpreters();
     // Every interpreter at once, each with three busy threads; sparkprof
     // finds them as it starts.
-    let workloads: Vec<(String, PyChain)> = interpreters
+    let workloads: Vec<(String, Workload)> = interpreters
         .iter()
-        .map(|(version, python)| (version.clone(), PyChain::start(python, "chain", 9.0)))
+        .map(|(version, python)| (version.clone(), py_chain(python, "chain", 9.0)))
         .collect();
     let recorder = Recorder::start(&["--frequency", "499"]);
     std::thread::sleep(Duration::from_secs(5));
@@ -258,7 +225,7 @@ fn deep_recursion_is_cut_and_marked() {
 fn off_cpu_time_carries_python_frames() {
     require_root();
     let (version, python) = interpreters().pop().unwrap();
-    let workload = PyChain::start(&python, "sleeper", 7.0);
+    let workload = py_chain(&python, "sleeper", 7.0);
     let pid = workload.pid().to_string();
     let recorder = Recorder::start(&["--off-cpu", "--pid", &pid]);
     std::thread::sleep(Duration::from_secs(4));
@@ -335,11 +302,11 @@ fn python_processes_that_come_and_go() {
     // Processes that start, run Python for a moment and exit while
     // sparkprof reads their interpreter and threads.
     while started.elapsed() < Duration::from_secs(5) {
-        let workload = PyChain::start(&python, "chain", 0.15);
+        let workload = py_chain(&python, "chain", 0.15);
         short_lived.push(workload.pid());
         workload.wait();
     }
-    let survivor = PyChain::start(&python, "chain", 4.0);
+    let survivor = py_chain(&python, "chain", 4.0);
     std::thread::sleep(Duration::from_secs(3));
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
@@ -414,7 +381,7 @@ fn agrees_with_py_spy_on_the_same_workload() {
         .unwrap_or_else(|| interpreters().pop().unwrap());
     // One thread: py-spy samples threads whether they run or not, sparkprof
     // samples what is on a CPU; with one busy thread the two agree.
-    let workload = PyChain::start(&python, "mix", 13.0);
+    let workload = py_chain(&python, "mix", 13.0);
     let pid = workload.pid().to_string();
     let dir = tempfile::tempdir().unwrap();
     let raw = dir.path().join("py-spy.txt");
