@@ -1139,20 +1139,20 @@ pub fn walk_frames(
     tstate: u64,
     max_frames: usize,
 ) -> Result<(Vec<PythonFrame>, bool), PythonError> {
-    let mut frame = memory.read_u64(tstate + u64::from(offsets.tstate_frame))?;
-    if offsets.layout == python_layout::CFRAME && frame != 0 {
-        frame = memory.read_u64(frame + u64::from(offsets.cframe_current_frame))?;
+    let mut frame = memory.read_u64(tstate + u64::from(offsets.walk.tstate_frame))?;
+    if offsets.walk.layout == python_layout::CFRAME && frame != 0 {
+        frame = memory.read_u64(frame + u64::from(offsets.walk.cframe_current_frame))?;
     }
-    let instr_len = if offsets.layout == python_layout::FRAME_OBJECT {
+    let instr_len = if offsets.walk.layout == python_layout::FRAME_OBJECT {
         4
     } else {
         8
     };
     let read_len = [
-        (offsets.frame_previous, 8),
-        (offsets.frame_code, 8),
-        (offsets.frame_instr, instr_len),
-        (offsets.frame_owner, 1),
+        (offsets.walk.frame_previous, 8),
+        (offsets.walk.frame_code, 8),
+        (offsets.walk.frame_instr, instr_len),
+        (offsets.walk.frame_owner, 1),
     ]
     .iter()
     .filter(|&&(offset, _)| offset != PY_NO_OFFSET)
@@ -1165,26 +1165,26 @@ pub fn walk_frames(
             break;
         }
         let mut block = memory.read_vec(frame, read_len)?;
-        if offsets.frame_owner != PY_NO_OFFSET
+        if offsets.walk.frame_owner != PY_NO_OFFSET
             && block
-                .get(offsets.frame_owner as usize)
+                .get(offsets.walk.frame_owner as usize)
                 .map(|&owner| u32::from(owner))
-                == Some(offsets.owner_cstack)
+                == Some(offsets.walk.owner_cstack)
         {
-            frame = field_u64(&block, offsets.frame_previous).unwrap_or(0);
+            frame = field_u64(&block, offsets.walk.frame_previous).unwrap_or(0);
             if frame == 0 {
                 break;
             }
             block = memory.read_vec(frame, read_len)?;
         }
-        let code = field_u64(&block, offsets.frame_code).unwrap_or(0);
-        let instr = if offsets.layout == python_layout::FRAME_OBJECT {
-            u64::from(field_u32(&block, offsets.frame_instr).unwrap_or(0))
+        let code = field_u64(&block, offsets.walk.frame_code).unwrap_or(0);
+        let instr = if offsets.walk.layout == python_layout::FRAME_OBJECT {
+            u64::from(field_u32(&block, offsets.walk.frame_instr).unwrap_or(0))
         } else {
-            field_u64(&block, offsets.frame_instr).unwrap_or(0)
+            field_u64(&block, offsets.walk.frame_instr).unwrap_or(0)
         };
         frames.push(PythonFrame { code, instr });
-        frame = field_u64(&block, offsets.frame_previous).unwrap_or(0);
+        frame = field_u64(&block, offsets.walk.frame_previous).unwrap_or(0);
     }
     Ok((frames, frame != 0))
 }

@@ -226,7 +226,7 @@ impl PythonProcess {
 
     /// The offsets the kernel walker needs for this version.
     pub fn kernel_offsets(&self) -> PythonOffsets {
-        self.offsets.kernel()
+        self.offsets.walk
     }
 
     /// Every thread of every interpreter (the main one first) as (Linux

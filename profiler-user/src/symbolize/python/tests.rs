@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, python_layout};
+use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
 
 use super::{
     PythonError, PythonProcess, StructOffsets,
@@ -306,7 +306,7 @@ fn offsets_match_the_headers() {
 #[test]
 fn kernel_offsets_per_layout() {
     for table in ALL {
-        let k = table.kernel();
+        let k = table.walk;
         match table.version.minor {
             8..=10 => {
                 assert_eq!(k.layout, python_layout::FRAME_OBJECT);
@@ -614,7 +614,7 @@ fn check_version(minor: u8) {
         "module {module}"
     );
     let kernel = process.kernel_offsets();
-    assert_eq!(kernel, process.struct_offsets().kernel());
+    assert_eq!(kernel, process.struct_offsets().walk);
 
     let threads = process.threads().unwrap();
     let tids: BTreeSet<u32> = threads.iter().map(|&(tid, _)| tid).collect();
@@ -634,9 +634,13 @@ fn check_version(minor: u8) {
             // 3.12+ have C-stack shim frames in the chain (at least the
             // one below <module>): the walk does step over them.
             if minor >= 12 {
+                let offsets = process.struct_offsets();
                 let unchecked = StructOffsets {
-                    frame_owner: PY_NO_OFFSET,
-                    ..*process.struct_offsets()
+                    walk: PythonOffsets {
+                        frame_owner: PY_NO_OFFSET,
+                        ..offsets.walk
+                    },
+                    ..*offsets
                 };
                 let (all, _) =
                     parser::walk_frames(&Memory::new(pid), &unchecked, tstate, PY_MAX_FRAMES)

@@ -86,15 +86,17 @@ pub enum InstrFormat {
     Pointer,
 }
 
-/// Byte offsets into one CPython version's structs: what the kernel walker
-/// reads ([`kernel`](Self::kernel)) and what userspace reads to list
-/// threads and name code objects. [`PY_NO_OFFSET`] marks a field the
+/// Byte offsets into one CPython version's structs: what the frame walkers
+/// read (`walk`, handed to the kernel as it is) and what userspace reads to
+/// list threads and name code objects. [`PY_NO_OFFSET`] marks a field the
 /// version does not have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StructOffsets {
     pub version: PythonVersion,
-    /// One of [`python_layout`].
-    pub layout: u32,
+    /// What the frame walkers read, the kernel's and `parser::walk_frames`:
+    /// the kernel gets it as it is. Its own doc says which field is what,
+    /// per version.
+    pub walk: PythonOffsets,
     pub line_table: LineTableFormat,
     pub instr: InstrFormat,
 
@@ -115,29 +117,12 @@ pub struct StructOffsets {
     /// `PyThreadState.native_thread_id` (3.11+). 3.8–3.10 do not record
     /// the Linux thread id; it is read from the `pthread_t` instead.
     pub tstate_native_thread_id: u32,
-    /// `PyThreadState.frame` (3.8–3.10), `.cframe` (3.11–3.12) or
-    /// `.current_frame` (3.13).
-    pub tstate_frame: u32,
     /// `PyThreadState._status` (3.12+), a bitfield in one 32-bit word.
     pub tstate_status: u32,
     /// Bit of `_status.active`: the thread state is the one its thread runs
     /// now. A thread that runs code in a sub-interpreter has a thread state
     /// in each interpreter, and only the one it runs is active.
     pub tstate_active_bit: u32,
-    /// `_PyCFrame.current_frame` (3.11–3.12).
-    pub cframe_current_frame: u32,
-    /// `PyFrameObject.f_back` or `_PyInterpreterFrame.previous`.
-    pub frame_previous: u32,
-    /// `f_code` or `f_executable`.
-    pub frame_code: u32,
-    /// `f_lasti`, `prev_instr` or `instr_ptr`.
-    pub frame_instr: u32,
-    /// `_PyInterpreterFrame.owner` where frames owned by the C stack exist
-    /// (3.12+). 3.11 has the field but no such frames.
-    pub frame_owner: u32,
-    /// `FRAME_OWNED_BY_CSTACK` (3.12+): a value, not an offset.
-    pub owner_cstack: u32,
-
     /// `PyObject.ob_type`.
     pub object_type: u32,
     /// `PyCodeObject.co_firstlineno` (an `int`).
@@ -182,7 +167,16 @@ const NO: u32 = PY_NO_OFFSET;
 /// 3.8: frames are `PyFrameObject`s chained by `f_back`.
 pub const PY38: StructOffsets = StructOffsets {
     version: PythonVersion::new(3, 8),
-    layout: python_layout::FRAME_OBJECT,
+    walk: PythonOffsets {
+        layout: python_layout::FRAME_OBJECT,
+        tstate_frame: 24,
+        cframe_current_frame: NO,
+        frame_previous: 24,
+        frame_code: 32,
+        frame_instr: 104,
+        frame_owner: NO,
+        owner_cstack: NO,
+    },
     line_table: LineTableFormat::Lnotab,
     instr: InstrFormat::LastiBytes,
     runtime_interpreters_head: 32,
@@ -193,15 +187,8 @@ pub const PY38: StructOffsets = StructOffsets {
     tstate_interp: 16,
     tstate_thread_id: 176,
     tstate_native_thread_id: NO,
-    tstate_frame: 24,
     tstate_status: NO,
     tstate_active_bit: NO,
-    cframe_current_frame: NO,
-    frame_previous: 24,
-    frame_code: 32,
-    frame_instr: 104,
-    frame_owner: NO,
-    owner_cstack: NO,
     object_type: 8,
     code_firstlineno: 40,
     code_name: 112,
@@ -234,7 +221,10 @@ pub const PY310: StructOffsets = StructOffsets {
     version: PythonVersion::new(3, 10),
     line_table: LineTableFormat::Linetable310,
     instr: InstrFormat::LastiCodeUnits,
-    frame_instr: 96,
+    walk: PythonOffsets {
+        frame_instr: 96,
+        ..PY38.walk
+    },
     ..PY38
 };
 
@@ -242,7 +232,16 @@ pub const PY310: StructOffsets = StructOffsets {
 /// records its Linux thread id; code objects hold their bytecode inline.
 pub const PY311: StructOffsets = StructOffsets {
     version: PythonVersion::new(3, 11),
-    layout: python_layout::CFRAME,
+    walk: PythonOffsets {
+        layout: python_layout::CFRAME,
+        tstate_frame: 56,
+        cframe_current_frame: 8,
+        frame_previous: 48,
+        frame_code: 32,
+        frame_instr: 56,
+        frame_owner: NO,
+        owner_cstack: NO,
+    },
     line_table: LineTableFormat::Locations,
     instr: InstrFormat::Pointer,
     runtime_interpreters_head: 40,
@@ -253,15 +252,8 @@ pub const PY311: StructOffsets = StructOffsets {
     tstate_interp: 16,
     tstate_thread_id: 152,
     tstate_native_thread_id: 160,
-    tstate_frame: 56,
     tstate_status: NO,
     tstate_active_bit: NO,
-    cframe_current_frame: 8,
-    frame_previous: 48,
-    frame_code: 32,
-    frame_instr: 56,
-    frame_owner: NO,
-    owner_cstack: NO,
     object_type: 8,
     code_firstlineno: 72,
     code_name: 120,
@@ -291,12 +283,15 @@ pub const PY312: StructOffsets = StructOffsets {
     tstate_native_thread_id: 144,
     tstate_status: 24,
     tstate_active_bit: 4,
-    cframe_current_frame: 0,
-    frame_previous: 8,
-    frame_code: 0,
-    frame_instr: 56,
-    frame_owner: 70,
-    owner_cstack: 3,
+    walk: PythonOffsets {
+        cframe_current_frame: 0,
+        frame_previous: 8,
+        frame_code: 0,
+        frame_instr: 56,
+        frame_owner: 70,
+        owner_cstack: 3,
+        ..PY311.walk
+    },
     code_firstlineno: 68,
     code_code_adaptive: 192,
     unicode_ascii_size: 40,
@@ -308,16 +303,19 @@ pub const PY312: StructOffsets = StructOffsets {
 /// runtime starts with `_Py_DebugOffsets`.
 pub const PY313: StructOffsets = StructOffsets {
     version: PythonVersion::new(3, 13),
-    layout: python_layout::CURRENT_FRAME,
+    walk: PythonOffsets {
+        layout: python_layout::CURRENT_FRAME,
+        tstate_frame: 72,
+        cframe_current_frame: NO,
+        ..PY312.walk
+    },
     runtime_interpreters_head: 632,
     runtime_interpreters_main: 640,
     interp_next: 7264,
     interp_threads_head: 7344,
     tstate_thread_id: 152,
     tstate_native_thread_id: 160,
-    tstate_frame: 72,
     tstate_status: 32,
-    cframe_current_frame: NO,
     code_code_adaptive: 200,
     ..PY312
 };
@@ -326,20 +324,6 @@ pub const PY313: StructOffsets = StructOffsets {
 pub const ALL: [&StructOffsets; 6] = [&PY38, &PY39, &PY310, &PY311, &PY312, &PY313];
 
 impl StructOffsets {
-    /// What the kernel's frame walker needs.
-    pub fn kernel(&self) -> PythonOffsets {
-        PythonOffsets {
-            layout: self.layout,
-            tstate_frame: self.tstate_frame,
-            cframe_current_frame: self.cframe_current_frame,
-            frame_previous: self.frame_previous,
-            frame_code: self.frame_code,
-            frame_instr: self.frame_instr,
-            frame_owner: self.frame_owner,
-            owner_cstack: self.owner_cstack,
-        }
-    }
-
     /// Every numeric field by the name the header test prints it under.
     pub fn fields(&self) -> [(&'static str, u32); 35] {
         [
@@ -351,15 +335,15 @@ impl StructOffsets {
             ("tstate_interp", self.tstate_interp),
             ("tstate_thread_id", self.tstate_thread_id),
             ("tstate_native_thread_id", self.tstate_native_thread_id),
-            ("tstate_frame", self.tstate_frame),
+            ("tstate_frame", self.walk.tstate_frame),
             ("tstate_status", self.tstate_status),
             ("tstate_active_bit", self.tstate_active_bit),
-            ("cframe_current_frame", self.cframe_current_frame),
-            ("frame_previous", self.frame_previous),
-            ("frame_code", self.frame_code),
-            ("frame_instr", self.frame_instr),
-            ("frame_owner", self.frame_owner),
-            ("owner_cstack", self.owner_cstack),
+            ("cframe_current_frame", self.walk.cframe_current_frame),
+            ("frame_previous", self.walk.frame_previous),
+            ("frame_code", self.walk.frame_code),
+            ("frame_instr", self.walk.frame_instr),
+            ("frame_owner", self.walk.frame_owner),
+            ("owner_cstack", self.walk.owner_cstack),
             ("object_type", self.object_type),
             ("code_firstlineno", self.code_firstlineno),
             ("code_name", self.code_name),
@@ -396,7 +380,7 @@ impl StructOffsets {
             self.tstate_interp,
             self.tstate_thread_id,
             self.tstate_native_thread_id,
-            self.tstate_frame,
+            self.walk.tstate_frame,
             self.tstate_status,
         ])
     }
