@@ -328,8 +328,20 @@ impl Symbolizer {
 
     /// Names the addresses of a CPython process that lie in its `-X perf`
     /// trampolines (anonymous executable memory listed in its perf map,
-    /// trusted as the JVMs' maps are) and returns the others.
+    /// trusted as the JVMs' maps are) and returns the others. Most Python
+    /// processes write no perf map: for them only the map's absence is
+    /// checked, not their memory map.
     fn name_trampolines(&mut self, pid: u32, addrs: Vec<u64>) -> Vec<u64> {
+        let map = match self.trampolines.entry(pid) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => match PerfMapFile::for_pid(pid) {
+                Ok(map) => entry.insert(map),
+                Err(err) => {
+                    debug!(pid, "no perf map for this Python: {err}");
+                    return addrs;
+                }
+            },
+        };
         let Ok(maps) = proc_maps::ProcMaps::read(pid) else {
             return addrs;
         };
@@ -339,16 +351,6 @@ impl Symbolizer {
         if anonymous.is_empty() {
             return native;
         }
-        let map = match self.trampolines.entry(pid) {
-            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => match PerfMapFile::for_pid(pid) {
-                Ok(map) => entry.insert(map),
-                Err(err) => {
-                    debug!(pid, "no perf map for this Python: {err}");
-                    return native.into_iter().chain(anonymous).collect();
-                }
-            },
-        };
         if let Err(err) = map.refresh() {
             debug!(pid, "Python perf map not read: {err}");
         }
