@@ -284,8 +284,10 @@ pub mod stat {
     pub const USER_STACK_LOST: u32 = 4;
     /// Samples counted without a kernel stack because of a stack-map collision.
     pub const KERNEL_STACK_LOST: u32 = 5;
-    /// Thread renames lost because the `RENAMES` ring buffer was full (the
-    /// thread's epoch still moved on; userspace names it from its comm).
+    /// Thread renames lost: the `RENAMES` ring buffer was full (the
+    /// thread's epoch still moved on; userspace names it from its comm), or
+    /// a thread renamed by another one could not be told (its
+    /// `task_struct::pid` offset was not found in the kernel's BTF).
     pub const RENAMES_LOST: u32 = 6;
     /// Thread renames seen (uprobe and tracepoint).
     pub const RENAMES: u32 = 7;
@@ -329,7 +331,7 @@ pub mod names {
     pub const FILTER_BY_TGID: &str = "FILTER_BY_TGID";
     /// The uprobe on HotSpot's `os::set_native_thread_name(const char*)`.
     pub const PROGRAM_JVM_THREAD_NAME: &str = "jvm_thread_name";
-    /// The `task:task_rename` tracepoint program.
+    /// The `task:task_rename` BTF tracepoint program.
     pub const PROGRAM_TASK_RENAME: &str = "task_rename";
     /// `LruHashMap<u32 tid, u32 epoch>`: every thread's current name epoch.
     pub const THREAD_EPOCHS: &str = "THREAD_EPOCHS";
@@ -338,14 +340,14 @@ pub mod names {
     /// `HashMap<u32 tgid, u8>`: processes whose `task_rename`s are reported
     /// (JVMs whose full names come from Thread.print).
     pub const RENAME_WATCH_TGIDS: &str = "RENAME_WATCH_TGIDS";
-    /// Global `u32`: offset of `pid` in the task_rename record, from tracefs.
-    pub const TASK_RENAME_PID_OFFSET: &str = "TASK_RENAME_PID_OFFSET";
-    /// Global `u32`: offset of `newcomm` in the task_rename record, from tracefs.
-    pub const TASK_RENAME_NEWCOMM_OFFSET: &str = "TASK_RENAME_NEWCOMM_OFFSET";
+    /// Global `u32`: offset of `pid` in `struct task_struct`, from the
+    /// kernel's BTF (`0`: unknown).
+    pub const TASK_STRUCT_PID_OFFSET: &str = "TASK_STRUCT_PID_OFFSET";
     /// The `sched_switch` BTF tracepoint program: threads of interest leave
     /// and come back.
     pub const PROGRAM_SCHED_SWITCH: &str = "sched_switch";
-    /// The `sched:sched_process_exit` program that forgets exited threads.
+    /// The `sched_process_exit` BTF tracepoint program that forgets exited
+    /// threads.
     pub const PROGRAM_PROCESS_EXIT: &str = "sched_process_exit";
     /// Off-CPU count maps (blocked nanoseconds), one per buffer.
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];

@@ -24,9 +24,9 @@ use aya_ebpf::{
         bpf_get_current_task_btf, bpf_get_task_stack, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_buf, bpf_task_pt_regs,
     },
-    macros::{btf_tracepoint, map, tracepoint},
+    macros::{btf_tracepoint, map},
     maps::{Array, HashMap, PerCpuArray},
-    programs::{BtfTracePointContext, TracePointContext},
+    programs::BtfTracePointContext,
 };
 use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
@@ -402,9 +402,10 @@ fn report_state(preempt: bool, state: u32) -> u32 {
     }
 }
 
-/// A thread exits (the tracepoint runs in its context): free its slot.
-#[tracepoint]
-pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+/// A thread exits (the BTF tracepoint `sched_process_exit(struct
+/// task_struct *p, ...)` runs in its context): free its slot.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     let task = unsafe { bpf_get_current_task() };
     let _ = OFFCPU_START.remove(&task);
     0

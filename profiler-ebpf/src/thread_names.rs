@@ -12,17 +12,21 @@
 //!   `os::set_native_thread_name(const char*)`, which `Thread.setName` of the
 //!   current thread reaches with the *full* UTF-8 name (the 15-byte comm is
 //!   cut from it afterwards).
-//! - `task_rename`, the `task:task_rename` tracepoint, for JVMs whose
-//!   libjvm.so lacks that symbol: it only carries the new comm, so userspace
-//!   asks such a JVM for its thread names (Thread.print) when it sees one.
-//!   It reports only processes userspace put in `RENAME_WATCH_TGIDS`.
+//! - `task_rename`, the `task:task_rename` tracepoint (BTF-typed, so it is
+//!   attached without tracefs), for JVMs whose libjvm.so lacks that symbol:
+//!   it only carries the new comm, so userspace asks such a JVM for its
+//!   thread names (Thread.print) when it sees one. It reports only
+//!   processes userspace put in `RENAME_WATCH_TGIDS`.
 
 use aya_ebpf::{
     EbpfContext, Global,
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_str_bytes},
-    macros::{map, tracepoint, uprobe},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_str_bytes,
+    },
+    macros::{btf_tracepoint, map, uprobe},
     maps::{HashMap, LruHashMap, RingBuf},
-    programs::{ProbeContext, TracePointContext},
+    programs::{BtfTracePointContext, ProbeContext},
 };
 use profiler_common::{
     MAX_RENAME_WATCH_TGIDS, RENAME_RING_BYTES, RenameEvent, THREAD_EPOCH_ENTRIES, THREAD_NAME_LEN,
@@ -31,12 +35,10 @@ use profiler_common::{
 
 use crate::stats::count_stat;
 
-/// Offset of `pid` in the task_rename record (from tracefs; 0: no such field).
+/// Offset of `pid` in `struct task_struct`, from the kernel's BTF (0: not
+/// known). Rust eBPF has no CO-RE, so userspace reads it and sets it here.
 #[unsafe(no_mangle)]
-static TASK_RENAME_PID_OFFSET: Global<u32> = Global::new(0);
-/// Offset of `newcomm` in the task_rename record (from tracefs).
-#[unsafe(no_mangle)]
-static TASK_RENAME_NEWCOMM_OFFSET: Global<u32> = Global::new(0);
+static TASK_STRUCT_PID_OFFSET: Global<u32> = Global::new(0);
 
 #[map]
 pub static THREAD_EPOCHS: LruHashMap<u32, u32> =
@@ -83,32 +85,48 @@ pub fn jvm_thread_name(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn task_rename(ctx: TracePointContext) -> u32 {
-    let tgid = ctx.tgid();
+/// `task_rename(struct task_struct *task, const char *comm)`, in the
+/// context of the thread that renames `task` (itself, through
+/// `prctl(PR_SET_NAME)`, or a thread of the same process, through
+/// `/proc/PID/task/TID/comm`).
+#[btf_tracepoint(function = "task_rename")]
+pub fn task_rename(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
     if unsafe { RENAME_WATCH_TGIDS.get(&tgid) }.is_none() {
         return 0;
     }
-    // The renamed task: the record's pid where the kernel has the field
-    // (a rename through /proc/PID/task/TID/comm), else the current thread.
-    let pid_offset = TASK_RENAME_PID_OFFSET.load() as usize;
-    let tid = if pid_offset == 0 {
-        ctx.pid()
+    let task: u64 = ctx.arg(0);
+    let comm: *const u8 = ctx.arg(1);
+    let tid = if task == unsafe { bpf_get_current_task() } {
+        pid_tgid as u32
     } else {
-        match unsafe { ctx.read_at::<i32>(pid_offset) } {
-            Ok(pid) if pid > 0 => pid as u32,
-            _ => ctx.pid(),
+        match renamed_tid(task) {
+            Some(tid) => tid,
+            None => return 0,
         }
     };
-    let newcomm = unsafe {
-        ctx.as_ptr()
-            .cast::<u8>()
-            .add(TASK_RENAME_NEWCOMM_OFFSET.load() as usize)
-    };
     announce(tgid, tid, rename_source::TASK_RENAME, |buffer| unsafe {
-        bpf_probe_read_kernel_str_bytes(newcomm, buffer).is_ok()
+        bpf_probe_read_kernel_str_bytes(comm, buffer).is_ok()
     });
     0
+}
+
+/// The thread id of another task (`task->pid`), if its offset is known.
+#[inline(always)]
+fn renamed_tid(task: u64) -> Option<u32> {
+    let offset = TASK_STRUCT_PID_OFFSET.load();
+    if offset == 0 {
+        count_stat(stat::RENAMES_LOST);
+        return None;
+    }
+    match unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const i32) } {
+        Ok(pid) if pid > 0 => Some(pid as u32),
+        _ => {
+            count_stat(stat::RENAMES_LOST);
+            None
+        }
+    }
 }
 
 /// Moves thread `tid` of process `tgid` to its next name epoch and sends

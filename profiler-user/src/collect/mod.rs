@@ -6,12 +6,12 @@
 //! addresses with a count. Nothing here knows about processes, symbols or
 //! files; later stages take it from there.
 
+pub mod btf;
 pub mod jvm_symbol;
 pub mod object;
 pub mod off_cpu;
 pub mod python;
 pub mod thread_names;
-pub mod tracefs;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -20,7 +20,7 @@ use std::{
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
     programs::{
         PerfEvent,
@@ -33,7 +33,7 @@ use profiler_common::{PythonOffsets, SampleKey, names, stack_error, stat};
 use python::PythonMaps;
 pub use python::RawPythonStack;
 use thiserror::Error;
-use thread_names::{NameFeed, RenameFeed, TaskRenameFormat, ThreadRename};
+use thread_names::{NameFeed, RenameFeed, ThreadRename};
 use tracing::{debug, warn};
 
 /// How long to wait after flipping buffers before draining the idle one.
@@ -205,10 +205,16 @@ impl Collector {
     pub fn start(config: &CollectorConfig) -> Result<Self, CollectError> {
         let object = object::object_with_stack_depth(config.stack_depth)?;
         let filter: u8 = u8::from(!config.target_pids.is_empty());
-        let rename_format = TaskRenameFormat::read();
-        let (pid_offset, newcomm_offset) = rename_format
-            .as_ref()
-            .map_or((0, 0), |format| (format.pid, format.newcomm));
+        // Every tracepoint program is BTF-typed: attached by the kernel's
+        // BTF, with no tracefs mounted or needed.
+        let btf = Btf::from_sys_fs()
+            .map_err(|err| format!("the kernel's BTF ({}) is unreadable: {err}", btf::VMLINUX));
+        let pid_offset = btf::KernelTypes::read()
+            .and_then(|types| types.member_offset("task_struct", "pid"))
+            .unwrap_or_else(|err| {
+                warn!("{err}: renames of a thread by another one will be lost");
+                0
+            });
         let off_cpu_globals = match &config.off_cpu {
             Some(off_cpu) => Some(
                 OffCpuGlobals::read(off_cpu.min_block).map_err(CollectError::OffCpuUnavailable)?,
@@ -237,8 +243,7 @@ impl Collector {
                 }
             }
         }
-        loader.override_global(names::TASK_RENAME_PID_OFFSET, &pid_offset, true);
-        loader.override_global(names::TASK_RENAME_NEWCOMM_OFFSET, &newcomm_offset, true);
+        loader.override_global(names::TASK_STRUCT_PID_OFFSET, &pid_offset, true);
         for name in names::COUNTS {
             loader.map_max_entries(name, config.count_map_entries);
         }
@@ -280,7 +285,7 @@ impl Collector {
                 source,
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
-        let mut renames = RenameFeed::load(&mut ebpf, &rename_format, config.jvm_rename_uprobe)?;
+        let mut renames = RenameFeed::load(&mut ebpf, btf.as_ref(), config.jvm_rename_uprobe)?;
         renames.watch_installed_jvms(&mut ebpf);
         let python = PythonMaps::take(&mut ebpf)?;
         let off_cpu = match &off_cpu_globals {
@@ -288,6 +293,7 @@ impl Collector {
                 &mut ebpf,
                 globals,
                 config.stack_depth,
+                btf.as_ref(),
             )?),
             None => None,
         };

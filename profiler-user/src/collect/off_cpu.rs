@@ -15,7 +15,7 @@ use std::{collections::HashMap as StdHashMap, time::Duration};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData},
-    programs::{BtfTracePoint, Program, ProgramError, TracePoint},
+    programs::{BtfTracePoint, Program, ProgramError},
 };
 use profiler_common::{
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
@@ -147,25 +147,27 @@ pub struct OffCpuRecorder {
 }
 
 impl OffCpuRecorder {
-    /// Loads and attaches the two programs, the exit tracepoint first so no
-    /// slot outlives its thread.
+    /// Loads and attaches the two BTF tracepoint programs (no tracefs), the
+    /// exit one first so no slot outlives its thread.
     pub fn load(
         ebpf: &mut Ebpf,
         globals: &OffCpuGlobals,
         stack_depth: u32,
+        btf: Result<&Btf, &String>,
     ) -> Result<Self, CollectError> {
-        let program_error = |name| move |source| CollectError::Program { name, source };
-        let exit: &mut TracePoint = program(ebpf, names::PROGRAM_PROCESS_EXIT)?;
-        exit.load()
-            .map_err(program_error(names::PROGRAM_PROCESS_EXIT))?;
-        exit.attach("sched", "sched_process_exit")
-            .map_err(program_error(names::PROGRAM_PROCESS_EXIT))?;
-        let btf = Btf::from_sys_fs().map_err(|err| {
+        let btf = btf.map_err(|err| {
             CollectError::OffCpuUnavailable(format!(
-                "the kernel's BTF (/sys/kernel/btf/vmlinux) could not be read: {err}; \
-                 off-CPU recording needs a kernel built with CONFIG_DEBUG_INFO_BTF"
+                "{err}; off-CPU recording needs a kernel built with CONFIG_DEBUG_INFO_BTF"
             ))
         })?;
+        let exit: &mut BtfTracePoint = program(ebpf, names::PROGRAM_PROCESS_EXIT)?;
+        let exit_error = |err: ProgramError| {
+            CollectError::OffCpuUnavailable(format!(
+                "the sched_process_exit BTF tracepoint could not be attached: {err}"
+            ))
+        };
+        exit.load("sched_process_exit", btf).map_err(exit_error)?;
+        exit.attach().map_err(exit_error)?;
         let switch: &mut BtfTracePoint = program(ebpf, names::PROGRAM_SCHED_SWITCH)?;
         let unavailable = |err: ProgramError| {
             CollectError::OffCpuUnavailable(format!(
@@ -173,7 +175,7 @@ impl OffCpuRecorder {
                  (it needs Linux 5.18 or newer, for sched_switch's prev_state argument)"
             ))
         };
-        switch.load("sched_switch", &btf).map_err(unavailable)?;
+        switch.load("sched_switch", btf).map_err(unavailable)?;
         switch.attach().map_err(unavailable)?;
         Ok(Self {
             counts: [

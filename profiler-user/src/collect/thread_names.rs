@@ -20,12 +20,13 @@ use std::{
 use aya::{
     Ebpf,
     maps::{HashMap, MapData, RingBuf},
-    programs::{TracePoint, UProbe, uprobe::UProbeScope},
+    Btf,
+    programs::{BtfTracePoint, UProbe, uprobe::UProbeScope},
 };
 use profiler_common::{RenameEvent, THREAD_NAME_LEN, names, rename_source};
 use tracing::{debug, info, warn};
 
-use super::{CollectError, jvm_symbol, take_map, tracefs::TracepointFormat};
+use super::{CollectError, jvm_symbol, take_map};
 
 /// Where a thread's new name came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,11 +131,11 @@ pub struct RenameFeed {
 }
 
 impl RenameFeed {
-    /// Loads the uprobe and the tracepoint (attaching the latter), whose
-    /// record format was read before the object was loaded.
+    /// Loads the uprobe and the BTF tracepoint (attaching the latter, by the
+    /// kernel's `btf`: no tracefs involved).
     pub fn load(
         ebpf: &mut Ebpf,
-        format: &Result<TaskRenameFormat, String>,
+        btf: Result<&Btf, &String>,
         use_uprobe: bool,
     ) -> Result<Self, CollectError> {
         let program_error = |name| move |source| CollectError::Program { name, source };
@@ -147,19 +148,19 @@ impl RenameFeed {
             .load()
             .map_err(program_error(names::PROGRAM_JVM_THREAD_NAME))?;
 
-        let tracepoint = match format {
-            Ok(_) => {
-                let program: &mut TracePoint = ebpf
+        let tracepoint = match btf {
+            Ok(btf) => {
+                let program: &mut BtfTracePoint = ebpf
                     .program_mut(names::PROGRAM_TASK_RENAME)
                     .ok_or(CollectError::MissingProgram(names::PROGRAM_TASK_RENAME))?
                     .try_into()
                     .map_err(program_error(names::PROGRAM_TASK_RENAME))?;
                 program
-                    .load()
-                    .and_then(|()| program.attach("task", "task_rename").map(drop))
-                    .map_err(|err| format!("task_rename tracepoint not attached: {err}"))
+                    .load("task_rename", btf)
+                    .and_then(|()| program.attach().map(drop))
+                    .map_err(|err| format!("task_rename BTF tracepoint not attached: {err}"))
             }
-            Err(reason) => Err(reason.clone()),
+            Err(reason) => Err(format!("task_rename tracepoint not attached: {reason}")),
         };
         if let Err(reason) = &tracepoint {
             warn!("{reason}");
@@ -298,55 +299,9 @@ fn attach_uprobe(ebpf: &mut Ebpf, path: &std::path::Path, libjvm: &str) -> Resul
     Ok(())
 }
 
-/// Field offsets of the task_rename record, from tracefs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskRenameFormat {
-    /// Offset of `pid` (absent on kernels that dropped it: 0).
-    pub pid: u32,
-    pub newcomm: u32,
-}
-
-impl TaskRenameFormat {
-    /// Reads the format from tracefs.
-    pub fn read() -> Result<Self, String> {
-        Self::from_format(&TracepointFormat::read("task", "task_rename")?)
-    }
-
-    fn from_format(format: &TracepointFormat) -> Result<Self, String> {
-        Ok(Self {
-            pid: format.offset("pid").unwrap_or(0),
-            newcomm: format.require("newcomm", "task_rename")?,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const FORMAT_6_18: &str = "name: task_rename\nID: 204\nformat:\n\
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
-\tfield:pid_t pid;\toffset:8;\tsize:4;\tsigned:1;\n\
-\tfield:char oldcomm[16];\toffset:12;\tsize:16;\tsigned:0;\n\
-\tfield:char newcomm[16];\toffset:28;\tsize:16;\tsigned:0;\n\
-\tfield:short oom_score_adj;\toffset:44;\tsize:2;\tsigned:1;\n";
-
-    #[test]
-    fn parses_the_task_rename_format() {
-        let parse = |text: &str| TaskRenameFormat::from_format(&TracepointFormat::parse(text));
-        assert_eq!(
-            parse(FORMAT_6_18),
-            Ok(TaskRenameFormat {
-                pid: 8,
-                newcomm: 28
-            })
-        );
-        let without_pid =
-            FORMAT_6_18.replace("\tfield:pid_t pid;\toffset:8;\tsize:4;\tsigned:1;\n", "");
-        assert_eq!(parse(&without_pid).unwrap().pid, 0);
-        assert!(parse("garbage").is_err());
-    }
 
     #[test]
     fn decodes_a_rename_record() {
