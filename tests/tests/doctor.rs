@@ -56,7 +56,13 @@ fn doctor_reports_host_facts_and_jvms() {
     assert!(value("perf_event_paranoid").contains(&read_sysctl("kernel/perf_event_paranoid")));
     assert!(value("kptr_restrict").contains(&read_sysctl("kernel/kptr_restrict")));
     assert!(value("perf_event_max_stack").contains(&read_sysctl("kernel/perf_event_max_stack")));
-    assert!(value("tracefs").len() > "tracefs".len());
+    // Every tracepoint is attached by BTF, whatever tracefs's state.
+    let tracepoints = value("tracepoints");
+    assert!(
+        tracepoints.contains("by BTF (sched_switch, sched_process_exit, task_rename; task_struct.pid at "),
+        "{tracepoints}"
+    );
+    assert!(tracepoints.contains("tracefs"), "{tracepoints}");
     assert!(value("capabilities").contains("CAP_BPF"));
     assert!(value("can record").contains("yes"));
     let jvm_line = |pid: u32| {

@@ -18,6 +18,9 @@
 //!   fake CPython 3.13 thread state carry its fake frame chain;
 //! - `task_rename_tracepoint`: `prctl(PR_SET_NAME)` renames of a watched
 //!   process are announced with rising name epochs, which its samples carry;
+//! - `task_rename_by_another_thread`: the same for renames written by
+//!   another thread to `/proc/self/task/TID/comm` (the program tells the
+//!   renamed thread by `task_struct.pid`, at the offset read from BTF);
 //! - `jvm_rename_uprobe`: the rename uprobe, placed on this binary's own
 //!   `os::set_native_thread_name` stand-in, reports full names with epochs;
 //! - `python_*`: the Python walker follows fake CPython thread states and
@@ -98,11 +101,12 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 5] = [
+    let checks: [(&str, Check); 6] = [
         ("on_cpu_samples", check_on_cpu),
         ("off_cpu_sleep", check_off_cpu),
         ("off_cpu_python_frames", check_off_cpu_python),
         ("task_rename_tracepoint", check_task_rename),
+        ("task_rename_by_another_thread", check_task_rename_by_another),
         ("jvm_rename_uprobe", check_uprobe),
     ];
     match collector {
@@ -465,23 +469,51 @@ fn check_renames(
 
 const COMM_NAMES: &[&str] = &["vmt-rename-1", "vmt-rename-2", "vmt-rename-3"];
 
-fn check_task_rename(collector: &mut Collector, pid: u32) -> Result<String, String> {
-    // A "JVM" whose libjvm.so cannot get the uprobe is watched through the
-    // task_rename tracepoint instead.
+/// Watches this process as a "JVM" whose libjvm.so cannot get the
+/// uprobe: through the task_rename tracepoint instead.
+fn watch_through_task_rename(collector: &mut Collector, pid: u32) -> Result<(), String> {
     match collector.watch_jvm(pid, "/sparkprof-vm-tests/no-such/libjvm.so") {
-        NameFeed::Tracepoint { .. } => {}
-        other => {
-            return Err(format!(
-                "the tracepoint does not watch this process: {other:?}"
-            ));
-        }
+        NameFeed::Tracepoint { .. } => Ok(()),
+        other => Err(format!(
+            "the tracepoint does not watch this process: {other:?}"
+        )),
     }
+}
+
+fn check_task_rename(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    watch_through_task_rename(collector, pid)?;
     let (tid, drained) = renamed_worker(collector, COMM_NAMES, |name| {
         if let Err(err) = workload::set_comm(name) {
             eprintln!("{err}");
         }
     })?;
     check_renames(&drained, tid, RenameSource::TaskRename, COMM_NAMES)
+}
+
+const OTHER_NAMES: &[&str] = &["vmt-other-1", "vmt-other-2"];
+
+/// A spinning thread renamed by this one through
+/// `/proc/self/task/TID/comm`: the tracepoint runs in the writer's context,
+/// so only `task_struct.pid` tells which thread was renamed.
+fn check_task_rename_by_another(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    watch_through_task_rename(collector, pid)?;
+    drain(collector)?;
+    let spinner = Worker::spawn(|stop| {
+        workload::sparkprof_vm_spin(stop);
+    });
+    let tid = spinner.tid;
+    for name in OTHER_NAMES {
+        let path = format!("/proc/self/task/{tid}/comm");
+        if let Err(err) = std::fs::write(&path, name) {
+            spinner.finish();
+            return Err(format!("writing {path}: {err}"));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    thread::sleep(Duration::from_millis(800));
+    let drained = drain(collector)?;
+    spinner.finish();
+    check_renames(&drained, tid, RenameSource::TaskRename, OTHER_NAMES)
 }
 
 const JVM_NAMES: &[&str] = &[

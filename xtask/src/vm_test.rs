@@ -13,8 +13,9 @@
 //!    (`+crt-static`, no `target-cpu=native`: the guest CPU is `qemu64`
 //!    less CMPXCHG16B, see [`GUEST_CPU`]);
 //! 3. packs it with busybox-static into an initramfs whose `/init` mounts
-//!    proc, sysfs, devtmpfs, bpffs, tracefs and debugfs, runs it, prints a
-//!    result marker and powers off;
+//!    proc, sysfs and devtmpfs only (a bare host: no tracefs, debugfs or
+//!    bpffs, which sparkprof does not need), runs it, prints a result
+//!    marker and powers off;
 //! 4. boots the kernel under qemu with TCG (never KVM: `/dev/kvm` here is a
 //!    nested hypervisor that hangs stock kernels), streams the serial
 //!    console, and fails on a `FAIL` line, a guest panic, a missing result
@@ -105,15 +106,13 @@ const NEVER_RAN_INIT: &str = "the guest never ran /init";
 const TIMED_OUT: &str = "timed out after";
 
 const INIT: &str = "#!/bin/busybox sh
-# sparkprof vm-test guest: mount what the eBPF programs need, run the
-# checks, report, power off (an init that exits panics the kernel).
+# sparkprof vm-test guest: mount what a bare host has (no tracefs, debugfs
+# or bpffs: sparkprof needs none), run the checks, report, power off (an
+# init that exits panics the kernel).
 bb=/bin/busybox
 $bb mount -t proc proc /proc
 $bb mount -t sysfs sysfs /sys
 $bb mount -t devtmpfs devtmpfs /dev
-$bb mount -t bpf bpf /sys/fs/bpf
-$bb mount -t tracefs tracefs /sys/kernel/tracing
-$bb mount -t debugfs debugfs /sys/kernel/debug
 echo \"SPARKPROF-VM-BOOTED $($bb cat /proc/sys/kernel/osrelease)\"
 /sparkprof-vm-tests
 echo \"SPARKPROF-VM-RESULT exit=$?\"

@@ -4,7 +4,7 @@
 use std::{collections::HashMap, fmt::Write as _, fs, os::unix::fs::MetadataExt as _, path::Path};
 
 use super::{caps::Capabilities, sysctl};
-use crate::enrich::Runtime;
+use crate::{collect::btf::KernelTypes, enrich::Runtime};
 
 /// A JVM found on the host, and whether its stacks can be walked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +18,42 @@ pub struct JvmReport {
     pub thread_names: String,
     /// Its Spark role and IDs.
     pub spark: String,
+}
+
+/// What `record` attaches its tracepoint programs by (BTF, never tracefs),
+/// and whether this kernel has each one.
+fn tracepoints() -> String {
+    let tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .find(|root| Path::new(root).join("events").is_dir())
+        .map_or("tracefs not mounted, not needed".to_owned(), |root| {
+            format!("tracefs at {root}, not used")
+        });
+    let kernel = match KernelTypes::read() {
+        Ok(kernel) => kernel,
+        Err(err) => return format!("NONE: {err}; {tracefs}"),
+    };
+    let uses = [
+        ("sched_switch", "--off-cpu"),
+        ("sched_process_exit", "--off-cpu"),
+        ("task_rename", "thread names of JVMs without the rename symbol"),
+    ];
+    let missing: Vec<String> = uses
+        .iter()
+        .filter(|(event, _)| !kernel.has_tracepoint(event))
+        .map(|(event, needed_by)| format!("{event} MISSING ({needed_by} unavailable)"))
+        .collect();
+    let pid = match kernel.member_offset("task_struct", "pid") {
+        Ok(offset) => format!("task_struct.pid at {offset}"),
+        Err(err) => format!("{err}: renames of a thread by another one are lost"),
+    };
+    if missing.is_empty() {
+        format!(
+            "by BTF (sched_switch, sched_process_exit, task_rename; {pid}); {tracefs}"
+        )
+    } else {
+        format!("by BTF: {}; {pid}; {tracefs}", missing.join(", "))
+    }
 }
 
 /// Builds the doctor report.
@@ -66,20 +102,7 @@ pub fn report() -> String {
             "{max_stack} frames (deeper stacks are cut and marked [truncated]; `record --max-stack-depth N` raises it for a recording)"
         ),
     );
-    let tracefs = [
-        "/sys/kernel/tracing/events",
-        "/sys/kernel/debug/tracing/events",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).is_dir());
-    line(
-        &mut out,
-        "tracefs",
-        match tracefs {
-            Some(path) => format!("yes ({})", Path::new(path).parent().unwrap().display()),
-            None => "not mounted: mount -t tracefs tracefs /sys/kernel/tracing".into(),
-        },
-    );
+    line(&mut out, "tracepoints", tracepoints());
     line(
         &mut out,
         "hardware PMU",
