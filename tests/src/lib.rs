@@ -8,7 +8,9 @@
 pub mod spark;
 
 use std::{
+    ffi::CString,
     io::{BufRead, BufReader, Read},
+    os::unix::{ffi::OsStrExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
@@ -82,6 +84,14 @@ pub fn build_workload(name: &str, dir: &Path) -> PathBuf {
     binary
 }
 
+/// A temporary output directory, removed when the recording is dropped.
+fn output_dir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("sparkprof-test-")
+        .tempdir()
+        .unwrap()
+}
+
 /// A running `sparkprof record`.
 pub struct Recorder {
     child: Child,
@@ -110,18 +120,37 @@ pub struct Stack {
 impl Recorder {
     /// Starts `sparkprof record -o <tempdir> ARGS` and waits until it samples.
     pub fn start(args: &[&str]) -> Self {
-        let tmp = tempfile::Builder::new()
-            .prefix("sparkprof-test-")
-            .tempdir()
-            .unwrap();
-        let dir = tmp.path().to_path_buf();
-        Self::start_in(dir, Some(tmp), args)
+        Self::start_on(Host::AsIs, args)
     }
 
     /// Starts `sparkprof record -o DIR ARGS` and waits until it samples.
     pub fn start_in(dir: PathBuf, tmp: Option<TempDir>, args: &[&str]) -> Self {
+        Self::spawn(Command::new(sparkprof_bin()), dir, tmp, args)
+    }
+
+    /// Starts `sparkprof record -o <tempdir> ARGS` on `host` and waits
+    /// until it samples. On a [`Host::Bare`], checks that its mount
+    /// namespace has no tracefs or debugfs while it records.
+    pub fn start_on(host: Host, args: &[&str]) -> Self {
+        let tmp = output_dir();
+        let mut command = Command::new(sparkprof_bin());
+        if host == Host::Bare {
+            on_bare_host(&mut command);
+        }
+        let recorder = Self::spawn(command, tmp.path().to_path_buf(), Some(tmp), args);
+        if host == Host::Bare {
+            let left = pseudo_fs_mounts(recorder.pid());
+            assert!(
+                left.is_empty(),
+                "sparkprof's mount namespace still has {left:?}"
+            );
+        }
+        recorder
+    }
+
+    fn spawn(mut command: Command, dir: PathBuf, tmp: Option<TempDir>, args: &[&str]) -> Self {
         require_root();
-        let mut child = Command::new(sparkprof_bin())
+        let mut child = command
             .arg("record")
             .arg("--output")
             .arg(&dir)
@@ -445,4 +474,78 @@ impl Drop for SysctlGuard {
     fn drop(&mut self) {
         let _ = write_sysctl(self.name, &self.original);
     }
+}
+
+/// Where sparkprof runs in a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// This machine as it is (tracefs mounted or not).
+    AsIs,
+    /// A bare host: see [`on_bare_host`].
+    Bare,
+}
+
+/// File systems a fresh host (or a container) does not have mounted, and
+/// that a profiler might wrongly depend on.
+pub const PSEUDO_FILE_SYSTEMS: [&str; 2] = ["tracefs", "debugfs"];
+
+/// Mount points of tracefs and debugfs in process `pid`'s mount namespace,
+/// deepest first.
+pub fn pseudo_fs_mounts(pid: u32) -> Vec<PathBuf> {
+    let mounts = procfs::process::Process::new(pid as i32)
+        .and_then(|process| process.mountinfo())
+        .unwrap_or_else(|err| panic!("/proc/{pid}/mountinfo: {err}"));
+    let mut points: Vec<PathBuf> = mounts
+        .into_iter()
+        .filter(|mount| PSEUDO_FILE_SYSTEMS.contains(&mount.fs_type.as_str()))
+        .map(|mount| mount.mount_point)
+        .collect();
+    points.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    points
+}
+
+/// Makes `command` run on a bare host, whatever this one has mounted: in a
+/// private mount namespace of its own (nothing it does there reaches the
+/// host's), with every tracefs and debugfs unmounted, as on a fresh machine
+/// or in a container. The host's own mounts are left as they are.
+pub fn on_bare_host(command: &mut Command) -> &mut Command {
+    let points: Vec<CString> = pseudo_fs_mounts(std::process::id())
+        .iter()
+        .map(|point| CString::new(point.as_os_str().as_bytes()).expect("no NUL in a path"))
+        .collect();
+    let hook = move || -> std::io::Result<()> {
+        // Only system calls here: this runs between fork and exec.
+        let check = |rc: libc::c_int| {
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        // SAFETY: plain system calls on NUL-terminated strings.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            // Private first, or the unmounts below would propagate to the
+            // host's namespace through shared mounts.
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            for point in &points {
+                // Deepest first; a point already gone with its parent is fine.
+                if libc::umount2(point.as_ptr(), libc::MNT_DETACH) != 0 {
+                    let err = std::io::Error::last_os_error();
+                    if !matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook makes only async-signal-safe system calls.
+    unsafe { command.pre_exec(hook) }
 }

@@ -2,7 +2,7 @@
 
 use std::{process::Command, time::Duration};
 
-use sparkprof_tests::{read_sysctl, require_root, sparkprof_bin};
+use sparkprof_tests::{on_bare_host, read_sysctl, require_root, sparkprof_bin};
 
 #[test]
 fn doctor_reports_host_facts_and_jvms() {
@@ -59,10 +59,25 @@ fn doctor_reports_host_facts_and_jvms() {
     // Every tracepoint is attached by BTF, whatever tracefs's state.
     let tracepoints = value("tracepoints");
     assert!(
-        tracepoints.contains("by BTF (sched_switch, sched_process_exit, task_rename; task_struct.pid at "),
+        tracepoints
+            .contains("by BTF (sched_switch, sched_process_exit, task_rename; task_struct.pid at "),
         "{tracepoints}"
     );
     assert!(tracepoints.contains("tracefs"), "{tracepoints}");
+    // On a bare host it says that record needs no tracefs, not a step to take.
+    let bare = on_bare_host(Command::new(sparkprof_bin()).arg("doctor"))
+        .output()
+        .unwrap();
+    assert!(bare.status.success());
+    let bare = String::from_utf8_lossy(&bare.stdout);
+    let bare_line = bare
+        .lines()
+        .find(|l| l.starts_with("tracepoints"))
+        .unwrap_or_else(|| panic!("no tracepoints line:\n{bare}"));
+    assert!(
+        bare_line.contains("by BTF (") && bare_line.ends_with("tracefs not mounted, not needed"),
+        "{bare_line}"
+    );
     assert!(value("capabilities").contains("CAP_BPF"));
     assert!(value("can record").contains("yes"));
     let jvm_line = |pid: u32| {

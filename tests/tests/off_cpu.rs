@@ -9,7 +9,9 @@ use std::{
     process::{Command, Stdio},
 };
 
-use sparkprof_tests::{Recorder, Recording, Stack, Workload, build_workload, require_root};
+use sparkprof_tests::{
+    Host, Recorder, Recording, Stack, Workload, build_workload, pseudo_fs_mounts, require_root,
+};
 
 /// Off-CPU stacks of a process, from its `offcpu` files.
 fn off_cpu_stacks(recording: &Recording, pid: u32) -> Vec<Stack> {
@@ -52,6 +54,23 @@ fn has_frame(stack: &Stack, part: &str) -> bool {
 
 #[test]
 fn blocked_time_where_threads_wait() {
+    blocked_time_of_known_waits(Host::AsIs);
+}
+
+/// The same on a bare host (a fresh machine, a container): no tracefs or
+/// debugfs in sparkprof's mount namespace, and the host's own mounts left
+/// as they were.
+#[test]
+fn blocked_time_on_a_bare_host() {
+    let before = pseudo_fs_mounts(std::process::id());
+    blocked_time_of_known_waits(Host::Bare);
+    assert_eq!(pseudo_fs_mounts(std::process::id()), before);
+}
+
+/// Records the `offcpu wait` workload with `--off-cpu` on `host` and checks
+/// its on-CPU samples, its off-CPU time against the workload's own
+/// measurement, where each thread waits, and the wall-clock view.
+fn blocked_time_of_known_waits(host: Host) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let binary = build_workload("offcpu", dir.path());
@@ -60,11 +79,37 @@ fn blocked_time_where_threads_wait() {
     let workload = Workload::start(&binary, &["wait", "4", "go-on-signal"]);
     let pid = workload.pid();
     let pid_arg = pid.to_string();
-    let recorder = Recorder::start(&["--off-cpu", "--min-block-us", "50", "--pid", &pid_arg]);
+    let recorder = Recorder::start_on(
+        host,
+        &["--off-cpu", "--min-block-us", "50", "--pid", &pid_arg],
+    );
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     let output = workload.wait();
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
+    // Every program attached: nothing about tracepoints or tracefs.
+    for complaint in ["tracefs", "tracepoint", "not attached"] {
+        assert!(
+            !recording.log.contains(complaint),
+            "{complaint:?} in the log:\n{}",
+            recording.log
+        );
+    }
+
+    // On the CPU: the sleeper burns ~20 ms of every 50 (about 1.6 s of its
+    // 4 s at 99 Hz: ~160 samples) in its loop.
+    let on_cpu: u64 = recording
+        .files_of(pid)
+        .into_iter()
+        .filter(|entry| entry["kind"] == "cpu")
+        .flat_map(|entry| recording.stacks(entry))
+        .filter(|s| s.frames[1] == "sleeper" && has_frame(s, "sparkprof_sleeper_loop"))
+        .map(|s| s.count)
+        .sum();
+    assert!(
+        on_cpu >= 80,
+        "only {on_cpu} on-CPU samples of the sleeper in its loop"
+    );
     let slept_us: u64 = output
         .lines()
         .find_map(|l| l.strip_prefix("slept_us "))

@@ -12,7 +12,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use sparkprof_tests::{FAKE_EXECUTOR_JVM_FLAGS, Recorder, Recording, Stack, require_root};
+use sparkprof_tests::{FAKE_EXECUTOR_JVM_FLAGS, Host, Recorder, Recording, Stack, require_root};
 
 const APP_ID: &str = "app-20261122101010-0042";
 const EXECUTOR_ID: &str = "7";
@@ -233,12 +233,22 @@ fn thread_dump_names_never_put_a_task_in_the_wrong_stage() {
     // and the full names come from Thread.print. Names are then only known
     // at dump time, so short tasks may fall back to the executor's file, but
     // a sample that lands in a stage file must belong to that stage.
+    // Run on a bare host (no tracefs): the tracepoint is BTF-typed and
+    // needs none.
     let executor = FakeExecutor::start(12);
     let pid = executor.pid();
-    let recorder = Recorder::start(&["--frequency", "199", "--thread-names", "dumps"]);
+    let recorder = Recorder::start_on(
+        Host::Bare,
+        &["--frequency", "199", "--thread-names", "dumps"],
+    );
     let tasks = executor.wait();
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
+    assert!(
+        !recording.log.contains("task_rename"),
+        "the task_rename tracepoint did not attach:\n{}",
+        recording.log
+    );
     assert!(
         recording
             .log

@@ -106,7 +106,10 @@ fn main() -> ExitCode {
         ("off_cpu_sleep", check_off_cpu),
         ("off_cpu_python_frames", check_off_cpu_python),
         ("task_rename_tracepoint", check_task_rename),
-        ("task_rename_by_another_thread", check_task_rename_by_another),
+        (
+            "task_rename_by_another_thread",
+            check_task_rename_by_another,
+        ),
         ("jvm_rename_uprobe", check_uprobe),
     ];
     match collector {

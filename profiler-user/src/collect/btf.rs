@@ -115,7 +115,11 @@ impl KernelTypes {
         if u16_at(0) != Some(MAGIC) {
             return Err(malformed("bad magic (not little-endian BTF)"));
         }
-        let header = |at| u32_at(at).map(|v| v as usize).ok_or(malformed("short header"));
+        let header = |at| {
+            u32_at(at)
+                .map(|v| v as usize)
+                .ok_or(malformed("short header"))
+        };
         let hdr_len = header(4)?;
         let (type_off, type_len) = (hdr_len + header(8)?, header(12)?);
         let (str_off, str_len) = (hdr_len + header(16)?, header(20)?);
@@ -157,7 +161,11 @@ impl KernelTypes {
                         members.push(Member {
                             name: name(field(0)?),
                             type_id: field(1)?,
-                            bit_offset: if bitfields { offset & 0xff_ffff } else { offset },
+                            bit_offset: if bitfields {
+                                offset & 0xff_ffff
+                            } else {
+                                offset
+                            },
                         });
                     }
                     12 * vlen
@@ -170,7 +178,9 @@ impl KernelTypes {
             at += trailing;
             let name = name(name_off);
             if kind == kind::STRUCT && !name.is_empty() {
-                structs.entry(name.clone()).or_insert(types.len() as u32 + 1);
+                structs
+                    .entry(name.clone())
+                    .or_insert(types.len() as u32 + 1);
             }
             types.push(Type {
                 kind,
@@ -255,7 +265,11 @@ mod tests {
             strings.extend_from_slice(name.as_bytes());
             strings.push(0);
         }
-        let type_bytes: Vec<u8> = types.iter().flatten().flat_map(|w| w.to_le_bytes()).collect();
+        let type_bytes: Vec<u8> = types
+            .iter()
+            .flatten()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
         let mut data = Vec::new();
         data.extend_from_slice(&MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
@@ -271,7 +285,10 @@ mod tests {
     /// Offset of `name` in the string section `blob` builds.
     fn at(names: &[&str], name: &str) -> u32 {
         let index = names.iter().position(|n| *n == name).unwrap();
-        1 + names[..index].iter().map(|n| n.len() as u32 + 1).sum::<u32>()
+        1 + names[..index]
+            .iter()
+            .map(|n| n.len() as u32 + 1)
+            .sum::<u32>()
     }
 
     fn info(kind: u32, vlen: u32, bitfields: bool) -> u32 {
@@ -297,7 +314,17 @@ mod tests {
             // 2: union { int flags; struct { int pid; int tgid; } } (anonymous).
             vec![0, info(kind::UNION, 2, false), 8, n("flags"), 1, 0, 0, 3, 0],
             // 3: the anonymous struct inside it.
-            vec![0, info(kind::STRUCT, 2, false), 8, n("pid"), 1, 0, n("tgid"), 1, 32],
+            vec![
+                0,
+                info(kind::STRUCT, 2, false),
+                8,
+                n("pid"),
+                1,
+                0,
+                n("tgid"),
+                1,
+                32,
+            ],
             // 4: const (2), 5: typedef inner_t of it.
             vec![0, info(kind::CONST, 0, false), 2],
             vec![n("inner_t"), info(kind::TYPEDEF, 0, false), 4],

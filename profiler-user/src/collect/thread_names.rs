@@ -18,9 +18,8 @@ use std::{
 };
 
 use aya::{
-    Ebpf,
+    Btf, Ebpf,
     maps::{HashMap, MapData, RingBuf},
-    Btf,
     programs::{BtfTracePoint, UProbe, uprobe::UProbeScope},
 };
 use profiler_common::{RenameEvent, THREAD_NAME_LEN, names, rename_source};

@@ -36,7 +36,10 @@ fn tracepoints() -> String {
     let uses = [
         ("sched_switch", "--off-cpu"),
         ("sched_process_exit", "--off-cpu"),
-        ("task_rename", "thread names of JVMs without the rename symbol"),
+        (
+            "task_rename",
+            "thread names of JVMs without the rename symbol",
+        ),
     ];
     let missing: Vec<String> = uses
         .iter()
@@ -48,9 +51,7 @@ fn tracepoints() -> String {
         Err(err) => format!("{err}: renames of a thread by another one are lost"),
     };
     if missing.is_empty() {
-        format!(
-            "by BTF (sched_switch, sched_process_exit, task_rename; {pid}); {tracefs}"
-        )
+        format!("by BTF (sched_switch, sched_process_exit, task_rename; {pid}); {tracefs}")
     } else {
         format!("by BTF: {}; {pid}; {tracefs}", missing.join(", "))
     }
