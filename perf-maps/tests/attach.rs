@@ -246,9 +246,8 @@ fn dump_and_check_map(jvm: &TestJvm, expected_owner: u32) {
 
     let t0 = Instant::now();
     loop {
-        let r = client.jcmd("Compiler.perfmap").unwrap();
-        assert_eq!(r.status, 0, "output: {}", r.output);
-        let path = client.perf_map_path();
+        let path = client.dump_perf_map().unwrap();
+        assert_eq!(path, client.perf_map_path());
         assert!(path.exists(), "{} missing", path.display());
         assert_eq!(jvm.tmp_map().exists(), !jvm.namespaced);
         let meta = std::fs::metadata(&path).unwrap();
@@ -387,6 +386,97 @@ fn attach_as_non_root_user() {
     // The caller's own ids are untouched.
     // SAFETY: trivial getters.
     assert_eq!(unsafe { (libc::geteuid(), libc::getegid()) }, (0, 0));
+}
+
+/// Whatever is planted at a JVM's perf-map path, the JVM is not asked to
+/// write through it: a FIFO (the JVM would block opening it inside the VM
+/// operation, frozen), a symlink (it would overwrite the target), another
+/// user's file (that user would read the code-cache layout) or a hard link
+/// (it would overwrite the other name's file). Each is refused before
+/// anything is sent, `perf_map_hazard` (doctor) says the same, the planted
+/// file is untouched and the JVM keeps answering; with the path clear
+/// again, the map is written.
+#[test]
+fn planted_perf_map_paths_are_refused() {
+    let _serial = serial();
+    let jvm = TestJvm::start(&[], &[], None);
+    jvm.wait_ready();
+    let client = Jvm::new(jvm.pid()).unwrap();
+    let map = jvm.tmp_map();
+    let victim_dir = tempfile::tempdir_in("/tmp").unwrap();
+    let victim = victim_dir.path().join("victim");
+    const CONTENT: &str = "a file the JVM must never overwrite\n";
+    std::fs::write(&victim, CONTENT).unwrap();
+
+    type Plant = fn(&Path, &Path);
+    let cases: [(&str, Plant, &str); 4] = [
+        (
+            "fifo",
+            |map, _| mkfifo(map),
+            "is a FIFO, not a regular file",
+        ),
+        (
+            "symlink",
+            |map, victim| std::os::unix::fs::symlink(victim, map).unwrap(),
+            "is a symbolic link, not a regular file",
+        ),
+        (
+            "another user's file",
+            |map, _| {
+                std::fs::write(map, "").unwrap();
+                std::os::unix::fs::chown(map, Some(65534), Some(65534)).unwrap();
+            },
+            "belongs to uid 65534, not to the JVM's user",
+        ),
+        (
+            "hard link",
+            |map, victim| std::fs::hard_link(victim, map).unwrap(),
+            "has 2 hard links",
+        ),
+    ];
+    for (what, plant, says) in cases {
+        let _ = std::fs::remove_file(&map);
+        plant(&map, &victim);
+        let hazard = client.perf_map_hazard();
+        assert!(
+            hazard.as_deref().is_some_and(|h| h.contains(says)),
+            "{what}: doctor's check says {hazard:?}"
+        );
+        let t0 = Instant::now();
+        match client.dump_perf_map() {
+            Err(AttachError::UnsafePerfMap { reason, .. }) => {
+                assert!(reason.contains(says), "{what}: {reason}")
+            }
+            other => panic!("{what}: the JVM was asked anyway: {other:?}"),
+        }
+        // The JVM is not frozen: it answers at once.
+        let r = client.jcmd("Thread.print").unwrap();
+        assert!(r.output.contains("\"main\""), "{what}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{what}: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), CONTENT, "{what}");
+        let planted = std::fs::symlink_metadata(&map).unwrap();
+        assert!(
+            planted.file_type().is_symlink()
+                || planted.len() == CONTENT.len() as u64
+                || planted.len() == 0,
+            "{what}: the planted file was written"
+        );
+    }
+    std::fs::remove_file(&map).unwrap();
+    assert_eq!(client.perf_map_hazard(), None);
+    dump_and_check_map(&jvm, 0);
+    assert!(jvm.alive());
+}
+
+fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo");
 }
 
 /// Waits for the JVM's attach socket to appear (without signalling it).

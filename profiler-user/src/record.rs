@@ -1,5 +1,5 @@
 //! `sparkprof record`: runs the pipeline collect → enrich → symbolize → write
-//! until the duration ends or SIGINT/SIGTERM arrives, draining the kernel
+//! until the duration ends or SIGINT/SIGTERM/SIGHUP arrives, draining the kernel
 //! maps periodically and flushing output files along the way and at the end.
 
 use std::{
@@ -9,7 +9,7 @@ use std::{
 };
 
 use thiserror::Error;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::{
@@ -17,7 +17,11 @@ use crate::{
     enrich::{Enricher, ProcessInfo, jvm_threads::DumpPolicy},
     host::{caps::Capabilities, sysctl},
     symbolize::{Symbolizer, jvm::JitOptions, python::PythonProcess},
-    write::{WriteOptions, Writer, index::Header},
+    write::{
+        WriteOptions, Writer,
+        index::Header,
+        output_dir::{OutputDir, OutputDirError},
+    },
 };
 
 /// The sysctl that caps stack depth for `bpf_get_stackid`.
@@ -32,7 +36,7 @@ const STACK_MAP_BUDGET_BYTES: u64 = 64 << 20;
 /// Options of one recording.
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
-    /// Stop after this long; `None` records until SIGINT/SIGTERM.
+    /// Stop after this long; `None` records until SIGINT/SIGTERM/SIGHUP.
     pub duration: Option<Duration>,
     pub frequency_hz: u64,
     pub output: PathBuf,
@@ -70,10 +74,18 @@ pub enum RecordError {
     MissingCapabilities(Vec<&'static str>),
     #[error("--max-stack-depth must be between 1 and {MAX_STACK_DEPTH_LIMIT}, not {0}")]
     BadStackDepth(u32),
+    #[error("--pid {0}: no such process")]
+    NoSuchProcess(u32),
+    #[error(
+        "--pid {0}: a kernel thread ({1}); sparkprof profiles user processes (their kernel stacks included)"
+    )]
+    KernelThread(u32, String),
     #[error("cannot read or raise kernel.perf_event_max_stack: {0}")]
     StackSysctl(std::io::Error),
     #[error(transparent)]
     Collect(#[from] CollectError),
+    #[error(transparent)]
+    Output(#[from] OutputDirError),
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(
@@ -240,6 +252,51 @@ impl Pipeline {
     }
 }
 
+/// A `--pid` must be a user process that exists now (a kernel thread has
+/// no user stacks, and a process that is gone would record nothing).
+fn check_target(pid: u32) -> Result<(), RecordError> {
+    /// `PF_KTHREAD` in `/proc/PID/stat`'s flags.
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    let stat = i32::try_from(pid)
+        .ok()
+        .and_then(|pid| procfs::process::Process::new(pid).ok())
+        .and_then(|process| process.stat().ok())
+        .ok_or(RecordError::NoSuchProcess(pid))?;
+    if stat.flags & PF_KTHREAD != 0 {
+        return Err(RecordError::KernelThread(pid, stat.comm));
+    }
+    Ok(())
+}
+
+/// The signals that stop a recording: SIGINT (a terminal), SIGTERM (a
+/// service manager's stop) and SIGHUP (a closed terminal, a reload). Each
+/// drains, writes what was counted and restores the host; none kills it.
+struct StopSignals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self, RecordError> {
+        let install = |kind| signal(kind).map_err(RecordError::Signals);
+        Ok(Self {
+            int: install(SignalKind::interrupt())?,
+            term: install(SignalKind::terminate())?,
+            hup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// The name of the next stop signal.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.hup.recv() => "SIGHUP",
+        }
+    }
+}
+
 /// Writes the output, retrying while it fails (a full disk, a read-only
 /// mount) for up to `retry_for`: the profile is only in memory, and losing it
 /// to a transient condition is worse than waiting. A signal gives up.
@@ -247,8 +304,7 @@ async fn final_flush(
     writer: &mut Writer,
     header: &Header,
     retry_for: Duration,
-    sigint: &mut tokio::signal::unix::Signal,
-    sigterm: &mut tokio::signal::unix::Signal,
+    signals: &mut StopSignals,
 ) -> Result<usize, RecordError> {
     let deadline = Instant::now() + retry_for;
     loop {
@@ -261,15 +317,14 @@ async fn final_flush(
         }
         error!(
             "cannot write {}: {err}; retrying every {}s for up to {}s (the profile is held in memory; \
-             free space or send SIGINT/SIGTERM again to give up)",
+             free space or send SIGINT/SIGTERM/SIGHUP again to give up)",
             writer.dir().display(),
             WRITE_RETRY_PERIOD.as_secs(),
             retry_for.as_secs()
         );
         tokio::select! {
             _ = tokio::time::sleep(WRITE_RETRY_PERIOD) => {}
-            _ = sigint.recv() => return Err(RecordError::Write(err)),
-            _ = sigterm.recv() => return Err(RecordError::Write(err)),
+            _ = signals.recv() => return Err(RecordError::Write(err)),
         }
     }
 }
@@ -285,8 +340,19 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     {
         return Err(RecordError::BadStackDepth(depth));
     }
-    let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
+    for &pid in &options.pids {
+        check_target(pid)?;
+    }
+    let mut signals = StopSignals::install()?;
+    // Before anything else changes: the recording must have somewhere to go.
+    let output = OutputDir::claim(&options.output)?;
+    if output.replaced() > 0 {
+        info!(
+            "replacing the previous recording in {} ({} files removed)",
+            output.path().display(),
+            output.replaced()
+        );
+    }
 
     // Declared before the collector so it is dropped (restored) after the
     // perf events are closed.
@@ -409,8 +475,11 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                     }
                 }
             }
-            _ = sigint.recv() => { info!("SIGINT: draining and writing what was counted"); interrupted = true; break; }
-            _ = sigterm.recv() => { info!("SIGTERM: draining and writing what was counted"); interrupted = true; break; }
+            name = signals.recv() => {
+                info!("{name}: draining and writing what was counted");
+                interrupted = true;
+                break;
+            }
             _ = until_deadline => break,
         }
     }
@@ -426,10 +495,20 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             pipeline.enricher.thread_stats(),
         ),
         options.write_retry,
-        &mut sigint,
-        &mut sigterm,
+        &mut signals,
     )
-    .await?;
+    .await
+    .inspect_err(|_| {
+        let removed = pipeline.writer.discard_unindexed();
+        if removed > 0 {
+            error!(
+                "removed the {removed} files of this recording that no index.json lists, \
+                 so that {} holds no partial recording",
+                options.output.display()
+            );
+        }
+    })?;
+    drop(output);
     Ok(Summary {
         output: options.output,
         files,

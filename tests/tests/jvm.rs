@@ -5,13 +5,13 @@
 
 use std::{
     io::{BufRead, BufReader},
-    os::unix::fs::symlink,
+    os::unix::fs::{FileTypeExt as _, symlink},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use sparkprof_tests::{Recorder, Recording, require_root};
+use sparkprof_tests::{Recorder, Recording, SysctlGuard, read_sysctl, require_root};
 
 const HOT: &str = "HotMethods.sparkprofAlphaHot";
 
@@ -253,4 +253,95 @@ fn planted_perf_maps_are_refused() {
         recording.log
     );
     std::fs::remove_file(&map).unwrap();
+}
+
+/// SIGHUP (a closed terminal, a service manager) stops a recording like
+/// SIGINT: everything counted is written, the perf map sparkprof caused is
+/// removed and a raised `kernel.perf_event_max_stack` is restored.
+#[test]
+fn sighup_writes_the_recording_and_restores_the_host() {
+    let _depth = SysctlGuard::set("kernel/perf_event_max_stack", "127");
+    let mut jvm = TestJvm::start(&["-XX:+PreserveFramePointer"], 30, false);
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
+    let pid = jvm.pid.to_string();
+    let recorder = Recorder::start(&["--pid", &pid, "--max-stack-depth", "300"]);
+    assert_eq!(read_sysctl("kernel/perf_event_max_stack"), "300");
+    // Until the map sparkprof asked for is there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !map.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(map.exists(), "sparkprof caused a perf map");
+    std::thread::sleep(Duration::from_secs(1));
+    let recording = recorder.stop_with(libc::SIGHUP);
+    recording.assert_ok();
+    assert!(
+        recording.log.contains("SIGHUP: draining"),
+        "{}",
+        recording.log
+    );
+    let (share, total) = hot_share(&recording, jvm.pid);
+    assert!(total > 50, "the worker's samples were written ({total})");
+    assert!(share >= 0.5, "JIT frames named ({:.0}%)", share * 100.0);
+    assert_eq!(read_sysctl("kernel/perf_event_max_stack"), "127");
+    assert!(!map.exists(), "the map sparkprof caused is removed");
+    assert!(jvm.alive());
+}
+
+/// A FIFO planted at a JVM's perf-map path: the JVM is not asked to write
+/// there (it would freeze opening it), the log and `doctor` say why, the
+/// recording ends on time and the JVM keeps running.
+#[test]
+fn a_fifo_at_the_perf_map_path_is_never_written_through() {
+    let mut jvm = TestJvm::start(&["-XX:+PreserveFramePointer"], 30, false);
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
+    let _ = std::fs::remove_file(&map);
+    let status = Command::new("mkfifo").arg(&map).status().expect("mkfifo");
+    assert!(status.success());
+    let doctor = Command::new(sparkprof_tests::sparkprof_bin())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let doctor = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.contains(&format!(
+            "NOT asked to write its perf map: {} is a FIFO",
+            map.display()
+        )),
+        "{doctor}"
+    );
+    let pid = jvm.pid.to_string();
+    let started = Instant::now();
+    let recording = Recorder::start(&["--duration", "3", "--pid", &pid]).wait();
+    let took = started.elapsed();
+    recording.assert_ok();
+    assert!(
+        recording.log.contains(&format!(
+            "not asked to write its perf map: {} is a FIFO, not a regular file",
+            map.display()
+        )),
+        "{}",
+        recording.log
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "the recording took {took:?}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&map)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the FIFO is left as it was"
+    );
+    let _ = std::fs::remove_file(&map);
+    // Not frozen: it still answers a thread dump at once.
+    let t0 = Instant::now();
+    let dump = perf_maps::Jvm::new(jvm.pid)
+        .unwrap()
+        .jcmd("Thread.print")
+        .expect("the JVM answers");
+    assert!(dump.output.contains("hotworker-0"));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(jvm.alive());
 }

@@ -171,3 +171,161 @@ fn a_full_disk_is_reported_and_retried_and_nothing_is_lost() {
         recording.log
     );
 }
+
+/// Every file under `dir`, relative to it.
+fn relative_files(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    walk(dir)
+        .into_iter()
+        .filter(|path| path.is_file())
+        .map(|path| {
+            path.strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// The files a recording's index lists (itself included).
+fn listed(recording: &sparkprof_tests::Recording) -> std::collections::BTreeSet<String> {
+    let mut files: std::collections::BTreeSet<String> = recording
+        .files()
+        .iter()
+        .flat_map(|entry| ["path", "svg"].map(|key| entry[key].as_str().unwrap().to_owned()))
+        .collect();
+    files.insert("index.json".into());
+    files
+}
+
+/// A directory holds one recording: a second recording replaces the first
+/// whole; a directory with anyone else's files, a second concurrent
+/// recording and an output path that is a file are refused before
+/// recording, and leave what is there untouched.
+#[test]
+fn an_output_directory_holds_one_recording() {
+    require_root();
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let out = work.path().join("out");
+    let record = |workload: &Workload| {
+        let pid = workload.pid().to_string();
+        Recorder::start_in(out.clone(), None, &["--duration", "1", "--pid", &pid]).wait()
+    };
+
+    let first_workload = Workload::start(&chain, &["2", "1"]);
+    let first = record(&first_workload);
+    first.assert_ok();
+    assert_eq!(relative_files(&out), listed(&first));
+    drop(first_workload);
+
+    // Again, for another process: only the new recording's files remain.
+    let second_workload = Workload::start(&chain, &["2", "1"]);
+    let second = record(&second_workload);
+    second.assert_ok();
+    assert!(
+        second.log.contains("replacing the previous recording"),
+        "{}",
+        second.log
+    );
+    assert_eq!(relative_files(&out), listed(&second));
+    assert!(!second.files_of(second_workload.pid()).is_empty());
+
+    // Someone else's file beside it: refused before recording, nothing removed.
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let before = relative_files(&out);
+    let refused = |output: &std::path::Path, extra: &[&str]| {
+        let started = std::time::Instant::now();
+        let result = Command::new(sparkprof_tests::sparkprof_bin())
+            .args(["record", "--duration", "1", "--output"])
+            .arg(output)
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(!result.status.success());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "refused only after {:?}",
+            started.elapsed()
+        );
+        String::from_utf8_lossy(&result.stderr).into_owned()
+    };
+    let stderr = refused(&out, &[]);
+    assert!(
+        stderr.contains("holds files that are not a sparkprof recording")
+            && stderr.contains("notes.txt"),
+        "{stderr}"
+    );
+    assert_eq!(relative_files(&out), before);
+    std::fs::remove_file(out.join("notes.txt")).unwrap();
+
+    // A second recording while one runs: refused, the first unharmed.
+    let running = Recorder::start_in(out.clone(), None, &[]);
+    let stderr = refused(&out, &[]);
+    assert!(
+        stderr.contains(&format!(
+            "another sparkprof is recording into {}",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    running.stop_with(libc::SIGINT).assert_ok();
+
+    // An output path that is a regular file.
+    let file = work.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let stderr = refused(&file, &["--write-retry-secs", "60"]);
+    assert!(stderr.contains("exists and is not a directory"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}
+
+/// A disk that fills up part-way through the final write, and stays full:
+/// after the retries, nothing of the recording is left behind (no folded
+/// file or flame graph without an index that lists it), so the space is
+/// given back and no reader mistakes a fragment for a recording.
+#[test]
+fn a_disk_that_stays_full_keeps_no_partial_recording() {
+    require_root();
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    // Eight busy processes: eight folded files and flame graphs (~20 KB
+    // each) to write.
+    let workloads: Vec<Workload> = (0..8)
+        .map(|_| Workload::start(&chain, &["3", "1"]))
+        .collect();
+    let disk = Tmpfs::mount("2m");
+    let out = disk.0.path().join("out");
+    // Leave ~80 KB free: room for a few of those files, not for all.
+    let free = |path: &std::path::Path| {
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_bavail * st.f_frsize
+    };
+    let filler_len = free(disk.0.path()).saturating_sub(80 * 1024);
+    std::fs::write(disk.0.path().join("filler"), vec![0u8; filler_len as usize]).unwrap();
+
+    let mut args = vec!["--duration", "1.5", "--write-retry-secs", "2"];
+    let pids: Vec<String> = workloads.iter().map(|w| w.pid().to_string()).collect();
+    for pid in &pids {
+        args.extend(["--pid", pid.as_str()]);
+    }
+    let recording = Recorder::start_in(out.clone(), None, &args).wait();
+    assert!(
+        !recording.status.success(),
+        "the write cannot succeed:\n{}",
+        recording.log
+    );
+    assert!(
+        recording.log.contains("No space left on device"),
+        "{}",
+        recording.log
+    );
+    assert!(
+        recording.log.contains("that no index.json lists"),
+        "some files were written, then removed:\n{}",
+        recording.log
+    );
+    let left = relative_files(&out);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

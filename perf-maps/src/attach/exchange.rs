@@ -25,6 +25,15 @@
 //! non-dumpable JVM would deny). If the JVM is in another mount namespace,
 //! the child also `setns`es into it first, so that the connection is made
 //! from inside the JVM's namespace as a `jcmd` run in the container would.
+//!
+//! A request that makes the JVM write a file by name (`Compiler.perfmap`
+//! writes `/tmp/perf-<pid>.map`, following links, blocking on a FIFO) names
+//! it as the request's *guard*: before connecting, the child, already the
+//! JVM's user, creates it exclusively without following links, or finds a
+//! regular file of that user's with one link there. Anything else (a FIFO,
+//! a symlink, another user's file, a hard link, or a directory that others
+//! may write without the sticky bit, where the file could be swapped
+//! afterwards) and the request is not sent.
 
 use std::ffi::CString;
 use std::io;
@@ -42,6 +51,9 @@ pub(crate) enum ExchangeError {
     TooLarge,
     /// A step in the child failed with an errno.
     Child { stage: &'static str, errno: i32 },
+    /// The guard file is not safe to have the JVM write (see the module
+    /// documentation); nothing was sent.
+    Unsafe { check: GuardCheck, value: u32 },
     /// A step in the parent failed.
     Parent {
         stage: &'static str,
@@ -71,6 +83,76 @@ const ST_SOCKET: i32 = 6;
 const ST_CONNECT: i32 = 7;
 const ST_SEND: i32 = 8;
 const ST_RECV: i32 = 9;
+/// Guard checks: exit codes above the stages, the offending value in the
+/// errno slot.
+const ST_GUARD: i32 = 20;
+
+/// Which check the guard file failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GuardCheck {
+    /// Its directory is writable by others and not sticky (value: mode).
+    OpenDirectory,
+    /// It could not be created or looked at (value: errno).
+    Create,
+    /// Not a regular file (value: `st_mode & S_IFMT`).
+    Kind,
+    /// Owned by another user (value: its uid).
+    Owner,
+    /// More than one link (value: the link count).
+    Links,
+}
+
+impl GuardCheck {
+    const ALL: [GuardCheck; 5] = [
+        GuardCheck::OpenDirectory,
+        GuardCheck::Create,
+        GuardCheck::Kind,
+        GuardCheck::Owner,
+        GuardCheck::Links,
+    ];
+
+    fn code(self) -> i32 {
+        ST_GUARD + self as i32
+    }
+
+    fn from_code(code: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|check| check.code() == code)
+    }
+
+    /// Why `name` (in `dir`) is refused, in words.
+    pub(crate) fn describe(self, value: u32, dir: &Path, name: &str) -> String {
+        let path = dir.join(name);
+        let path = path.display();
+        match self {
+            GuardCheck::OpenDirectory => format!(
+                "{} is writable by others without the sticky bit (mode {:o}): a file there can be swapped",
+                dir.display(),
+                value & 0o7777
+            ),
+            GuardCheck::Create => format!(
+                "{path} cannot be created or checked: {}",
+                io::Error::from_raw_os_error(value as i32)
+            ),
+            GuardCheck::Kind => format!("{path} is {}, not a regular file", file_kind(value)),
+            GuardCheck::Owner => format!("{path} belongs to uid {value}, not to the JVM's user"),
+            GuardCheck::Links => format!("{path} has {value} hard links"),
+        }
+    }
+}
+
+/// `st_mode & S_IFMT` in words.
+pub(crate) fn file_kind(format: u32) -> &'static str {
+    match format & libc::S_IFMT {
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFLNK => "a symbolic link",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFREG => "a regular file",
+        _ => "of an unknown kind",
+    }
+}
 
 /// What to connect to and as whom.
 pub(crate) struct Request<'a> {
@@ -90,6 +172,9 @@ pub(crate) struct Request<'a> {
     pub timeout: Duration,
     /// Reply size cap.
     pub max_reply: usize,
+    /// A file in `dir` the request makes the JVM write (see the module
+    /// documentation), checked or created before anything is sent.
+    pub guard: Option<&'a str>,
 }
 
 /// Everything the child needs, prepared before fork.
@@ -104,6 +189,8 @@ struct Plan {
     payload_len: usize,
     tv: libc::timeval,
     out_fd: libc::c_int,
+    /// The guard file's name (NUL-terminated), or null.
+    guard: *const libc::c_char,
 }
 
 fn parent_err(stage: &'static str) -> ExchangeError {
@@ -155,6 +242,16 @@ pub(crate) fn exchange(req: &Request<'_>) -> Result<Vec<u8>, ExchangeError> {
     let addr_len =
         (std::mem::offset_of!(libc::sockaddr_un, sun_path) + name.len() + 1) as libc::socklen_t;
 
+    let guard = req
+        .guard
+        .map(|name| {
+            CString::new(name).map_err(|_| ExchangeError::Parent {
+                stage: "guard file name",
+                source: io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"),
+            })
+        })
+        .transpose()?;
+
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: fds is a valid 2-element array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -177,6 +274,9 @@ pub(crate) fn exchange(req: &Request<'_>) -> Result<Vec<u8>, ExchangeError> {
             tv_usec: req.timeout.subsec_micros() as libc::suseconds_t,
         },
         out_fd: wr.as_raw_fd(),
+        guard: guard
+            .as_ref()
+            .map_or(std::ptr::null(), |name| name.as_ptr()),
     };
 
     let start = Instant::now();
@@ -214,6 +314,12 @@ pub(crate) fn exchange(req: &Request<'_>) -> Result<Vec<u8>, ExchangeError> {
             } else {
                 0
             };
+            if let Some(check) = GuardCheck::from_code(code) {
+                return Err(ExchangeError::Unsafe {
+                    check,
+                    value: errno as u32,
+                });
+            }
             if code == ST_RECV && errno == libc::EAGAIN {
                 return Err(ExchangeError::Timeout);
             }
@@ -311,6 +417,9 @@ unsafe fn run_child(p: &Plan) -> ! {
         if libc::syscall(libc::SYS_setuid, p.uid as libc::c_long) != 0 {
             fail(p.out_fd, ST_SETUID);
         }
+        if !p.guard.is_null() {
+            check_guard(p);
+        }
         let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if s < 0 {
             fail(p.out_fd, ST_SOCKET);
@@ -361,6 +470,57 @@ unsafe fn run_child(p: &Plan) -> ! {
     }
 }
 
+/// In the child, as the JVM's user, in its `/tmp`: creates the guard file
+/// exclusively without following links, or makes sure the one there is a
+/// regular file of this user's with one link; exits with the failed
+/// [`GuardCheck`] otherwise.
+///
+/// # Safety
+/// Only in the child, after the id switch and the `fchdir`.
+unsafe fn check_guard(p: &Plan) {
+    // SAFETY (whole body): raw system calls on a NUL-terminated name and a
+    // stat buffer on this stack.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(p.dir_fd, &mut st) != 0 {
+            fail(p.out_fd, GuardCheck::Create.code());
+        }
+        if st.st_mode & libc::S_IWOTH != 0 && st.st_mode & libc::S_ISVTX == 0 {
+            fail_with(p.out_fd, GuardCheck::OpenDirectory.code(), st.st_mode);
+        }
+        let flags = libc::O_WRONLY
+            | libc::O_CREAT
+            | libc::O_EXCL
+            | libc::O_NOFOLLOW
+            | libc::O_NONBLOCK
+            | libc::O_CLOEXEC;
+        let fd = libc::open(p.guard, flags, 0o600 as libc::c_uint);
+        if fd >= 0 {
+            libc::close(fd);
+            return;
+        }
+        if *libc::__errno_location() != libc::EEXIST {
+            fail(p.out_fd, GuardCheck::Create.code());
+        }
+        // Something is there: look at it without opening it (a FIFO would
+        // block, a device could act) and without following a link.
+        let fd = libc::open(p.guard, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if fd < 0 || libc::fstat(fd, &mut st) != 0 {
+            fail(p.out_fd, GuardCheck::Create.code());
+        }
+        libc::close(fd);
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            fail_with(p.out_fd, GuardCheck::Kind.code(), st.st_mode & libc::S_IFMT);
+        }
+        if st.st_uid != p.uid {
+            fail_with(p.out_fd, GuardCheck::Owner.code(), st.st_uid);
+        }
+        if st.st_nlink != 1 {
+            fail_with(p.out_fd, GuardCheck::Links.code(), st.st_nlink as u32);
+        }
+    }
+}
+
 /// Closes every descriptor except `keep` (and stdio), so that our pipe's write
 /// end is not held open by unrelated inherited descriptors and theirs are
 /// not held by us. Best effort: `close_range` needs Linux 5.9.
@@ -389,6 +549,16 @@ unsafe fn fail(out: libc::c_int, stage: i32) -> ! {
     unsafe {
         let e = (*libc::__errno_location()).to_ne_bytes();
         write_all(out, e.as_ptr(), e.len());
+        libc::_exit(stage)
+    }
+}
+
+/// Sends `value` in the errno slot, then exits with `stage`.
+unsafe fn fail_with(out: libc::c_int, stage: i32, value: u32) -> ! {
+    // SAFETY: out is our pipe.
+    unsafe {
+        let bytes = (value as i32).to_ne_bytes();
+        write_all(out, bytes.as_ptr(), bytes.len());
         libc::_exit(stage)
     }
 }
@@ -465,6 +635,7 @@ mod tests {
             payload: b"1\0x\0\0",
             timeout: Duration::from_secs(5),
             max_reply: 1024,
+            guard: None,
         })
         .unwrap();
         assert_eq!(reply, b"0\nhello\n");
@@ -487,6 +658,7 @@ mod tests {
             payload: b"x",
             timeout: Duration::from_secs(5),
             max_reply: 1024,
+            guard: None,
         })
         .unwrap_err();
         match err {
@@ -511,6 +683,7 @@ mod tests {
             payload: b"x",
             timeout: Duration::from_millis(300),
             max_reply: 1024,
+            guard: None,
         })
         .unwrap_err();
         assert!(matches!(err, ExchangeError::Timeout), "{err:?}");

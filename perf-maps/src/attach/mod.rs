@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::discovery::{self, DiscoveryError, Owner, ProcStatus};
-use exchange::{ExchangeError, Request};
+use exchange::{ExchangeError, GuardCheck, Request};
 pub use version::{VersionError, jvm_major_version, parse_java_version};
 
 /// HotSpot's limit on each argument (`AttachOperation::arg_length_max`).
@@ -134,6 +134,17 @@ pub enum AttachError {
         stage: &'static str,
         /// The error.
         source: io::Error,
+    },
+    /// The request would make the JVM write through something planted at
+    /// the file's path (a FIFO would freeze it, a symlink would have it
+    /// overwrite the target, another user's file would be read by that
+    /// user): it was not sent.
+    #[error("JVM {pid} not asked to write its perf map: {reason}")]
+    UnsafePerfMap {
+        /// The PID.
+        pid: u32,
+        /// What is at the path, in words.
+        reason: String,
     },
     /// The reply did not start with a status line.
     #[error("JVM {pid}: malformed attach reply: {reason}")]
@@ -256,6 +267,11 @@ impl Jvm {
         discovery::perf_map_path_for(self.pid, self.nspid)
     }
 
+    /// The perf map's file name in the JVM's `/tmp`.
+    fn perf_map_name(&self) -> String {
+        format!("perf-{}.map", self.nspid)
+    }
+
     /// Runs a diagnostic command, as `jcmd <pid> <command line>` does: the
     /// whole command line (e.g. `Thread.print -l`) goes in one argument.
     pub fn jcmd(&self, command_line: &str) -> Result<AttachResponse, AttachError> {
@@ -265,6 +281,18 @@ impl Jvm {
     /// Runs any attach operation (`jcmd`, `properties`, `threaddump`, ...)
     /// with up to three arguments.
     pub fn execute(&self, command: &str, args: &[&str]) -> Result<AttachResponse, AttachError> {
+        self.request(command, args, None)
+    }
+
+    /// Runs an attach operation that makes the JVM write the file `guard`
+    /// in its `/tmp` (see `exchange`'s guard): refused unless that file is
+    /// safe to write.
+    fn request(
+        &self,
+        command: &str,
+        args: &[&str],
+        guard: Option<&str>,
+    ) -> Result<AttachResponse, AttachError> {
         let payload = build_request(command, args)?;
         self.ensure_listener()?;
         let tmp = discovery::proc_tmp_dir(self.pid);
@@ -286,6 +314,7 @@ impl Jvm {
             payload: &payload,
             timeout: self.options.command_timeout,
             max_reply: self.options.max_reply,
+            guard,
         });
         tracing::debug!(pid = self.pid, command, ?args, elapsed = ?t0.elapsed(), ok = res.is_ok(), "attach exchange");
         let res = match res {
@@ -301,8 +330,15 @@ impl Jvm {
 
     /// Asks the JVM to (re)write its perf map with a snapshot of the code
     /// cache (`Compiler.perfmap`, JDK 17+) and returns the map's path.
+    ///
+    /// The JVM writes `/tmp/perf-<nspid>.map` by name, following links and
+    /// blocking on a FIFO, so the request is only sent once that path holds
+    /// a regular file of the JVM's user with one link (created here, as that
+    /// user, if there is none): anything planted there is refused with
+    /// [`AttachError::UnsafePerfMap`].
     pub fn dump_perf_map(&self) -> Result<PathBuf, AttachError> {
-        let r = self.jcmd("Compiler.perfmap")?;
+        let name = self.perf_map_name();
+        let r = self.request("jcmd", &["Compiler.perfmap"], Some(&name))?;
         // JDK 17 answers an unknown command with status -1 and the exception
         // text; older versions may say so with status 0.
         if r.status != 0 || r.output.contains("Unknown diagnostic command") {
@@ -313,6 +349,34 @@ impl Jvm {
             });
         }
         Ok(self.perf_map_path())
+    }
+
+    /// Why the JVM would not be asked to write its perf map, checked from
+    /// here without touching anything (for `doctor`; [`Jvm::dump_perf_map`]
+    /// checks again, as the JVM's user, right before asking). `None`: it
+    /// would be asked.
+    pub fn perf_map_hazard(&self) -> Option<String> {
+        let dir = discovery::proc_tmp_dir(self.pid);
+        let name = self.perf_map_name();
+        let shown = Path::new("/tmp");
+        let check = |check: GuardCheck, value: u32| Some(check.describe(value, shown, &name));
+        match std::fs::metadata(&dir) {
+            Ok(meta) if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 => {
+                return check(GuardCheck::OpenDirectory, meta.mode());
+            }
+            Ok(_) => {}
+            Err(err) => return check(GuardCheck::Create, err.raw_os_error().unwrap_or(0) as u32),
+        }
+        match std::fs::symlink_metadata(dir.join(&name)) {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => check(GuardCheck::Create, err.raw_os_error().unwrap_or(0) as u32),
+            Ok(meta) if meta.mode() & libc::S_IFMT != libc::S_IFREG => {
+                check(GuardCheck::Kind, meta.mode() & libc::S_IFMT)
+            }
+            Ok(meta) if meta.uid() != self.owner.uid => check(GuardCheck::Owner, meta.uid()),
+            Ok(meta) if meta.nlink() != 1 => check(GuardCheck::Links, meta.nlink() as u32),
+            Ok(_) => None,
+        }
     }
 
     /// The JVM's Java major version: from its JDK's `release` file if
@@ -387,6 +451,11 @@ impl Jvm {
                 self.os(stage, io::Error::from_raw_os_error(errno))
             }
             ExchangeError::Parent { stage, source } => self.os(stage, source),
+            // The only file a request makes the JVM write is its perf map.
+            ExchangeError::Unsafe { check, value } => AttachError::UnsafePerfMap {
+                pid: self.pid,
+                reason: check.describe(value, Path::new("/tmp"), &self.perf_map_name()),
+            },
         }
     }
 

@@ -35,9 +35,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct RecordArgs {
-    /// Seconds to record; without it, record until SIGINT or SIGTERM.
-    #[arg(long, short)]
-    duration: Option<f64>,
+    /// Seconds to record; without it, record until SIGINT, SIGTERM or SIGHUP.
+    #[arg(long, short, value_parser = positive_seconds)]
+    duration: Option<Duration>,
     /// Samples per second on each CPU.
     #[arg(long, short = 'F', default_value_t = 99)]
     frequency: u64,
@@ -57,7 +57,7 @@ struct RecordArgs {
     #[arg(long, default_value_t = 60)]
     flush_interval: u64,
     /// Entries of each stack map (default: sized from CPUs, frequency and depth).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_MAP_ENTRIES))]
     stack_map_entries: Option<u32>,
     /// Seconds to keep retrying the final write when it fails (e.g. a full disk).
     #[arg(long, default_value_t = 60)]
@@ -87,7 +87,7 @@ struct RecordArgs {
     /// Per cent of a JVM's time that refreshing its perf map may take: after a
     /// refresh that took d, the next waits d / (PCT/100). Higher names more
     /// freshly compiled code, lower costs the JVM less.
-    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = budget_percent)]
     jit_dump_budget: f64,
     /// Java frames with the JDK's full signatures instead of `pkg.Class.method`.
     #[arg(long)]
@@ -96,6 +96,36 @@ struct RecordArgs {
     /// window, to FILE (for `cargo xtask bench --only jit`).
     #[arg(long, value_name = "FILE", hide = true)]
     jit_audit: Option<PathBuf>,
+}
+
+/// Most entries `--stack-map-entries` takes (16 Mi: gigabytes of kernel
+/// memory at the default depth already).
+const MAX_STACK_MAP_ENTRIES: i64 = 1 << 24;
+
+/// Most seconds `--duration` takes: ten years.
+const MAX_DURATION_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// `--duration`: a positive, finite number of seconds, at most ten years.
+fn positive_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !seconds.is_finite() || seconds <= 0.0 || seconds > MAX_DURATION_SECS {
+        return Err(format!(
+            "{text:?}: the duration must be more than 0 and at most {MAX_DURATION_SECS} seconds (ten years); \
+             leave it out to record until a signal"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `--jit-dump-budget`: a per cent above 0 and at most 100.
+fn budget_percent(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(pct) if pct.is_finite() && pct > 0.0 && pct <= 100.0 => Ok(pct),
+        _ => Err(format!("{text:?}: a per cent above 0 and at most 100")),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -128,7 +158,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let options = RecordOptions {
-        duration: args.duration.map(Duration::from_secs_f64),
+        duration: args.duration,
         frequency_hz: args.frequency,
         output: args.output,
         pids: args.pids,

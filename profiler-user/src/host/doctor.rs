@@ -213,9 +213,17 @@ fn jit_names(pid: u32) -> String {
             format!("JDK {major}: cannot be refreshed (Compiler.perfmap needs JDK 17+); {existing}")
         }
         Ok(major) => match perf_maps::check_attachable(pid) {
-            Ok(()) => {
-                format!("JDK {major}: perf map refreshed by sparkprof through the attach mechanism")
-            }
+            Ok(()) => match perf_maps::Jvm::new(pid)
+                .ok()
+                .and_then(|jvm| jvm.perf_map_hazard())
+            {
+                None => format!(
+                    "JDK {major}: perf map refreshed by sparkprof through the attach mechanism"
+                ),
+                Some(hazard) => {
+                    format!("JDK {major}: NOT asked to write its perf map: {hazard}")
+                }
+            },
             Err(err) => format!("JDK {major}: not refreshed ({err}); {existing}"),
         },
         Err(err) => format!("unknown JDK version ({err}); {existing}"),

@@ -31,6 +31,7 @@
 pub mod atomic;
 pub mod folded;
 pub mod index;
+pub mod output_dir;
 
 use std::{
     collections::HashMap,
@@ -271,6 +272,9 @@ struct OutputFile {
     entry: index::FileEntry,
     stacks: HashMap<String, u64>,
     dirty: bool,
+    /// Written whole (folded and SVG) at least once: only then does the
+    /// index list it.
+    on_disk: bool,
 }
 
 impl OutputFile {
@@ -290,6 +294,10 @@ pub struct Writer {
     used_paths: HashMap<PathBuf, (ProfileKind, Group)>,
     start: Option<SystemTime>,
     end: Option<SystemTime>,
+    /// Files this writer put on disk, relative to `dir`.
+    written: std::collections::HashSet<PathBuf>,
+    /// Files the last index it wrote lists (itself included).
+    indexed: std::collections::HashSet<PathBuf>,
 }
 
 impl Writer {
@@ -302,6 +310,8 @@ impl Writer {
             used_paths: HashMap::new(),
             start: None,
             end: None,
+            written: Default::default(),
+            indexed: Default::default(),
         }
     }
 
@@ -361,6 +371,7 @@ impl Writer {
                     entry,
                     stacks: HashMap::new(),
                     dirty: true,
+                    on_disk: false,
                 },
             );
         }
@@ -401,9 +412,9 @@ impl Writer {
             .sum()
     }
 
-    /// Writes every file changed since the last flush (folded + SVG), then
-    /// `index.json`. Nothing is forgotten on error: the aggregates stay in
-    /// memory and the next flush tries again.
+    /// Writes every file changed since the last flush (folded + SVG), then,
+    /// if all of them were written, `index.json`. Nothing is forgotten on
+    /// error: the aggregates stay in memory and the next flush tries again.
     pub fn flush(&mut self, header: &index::Header) -> io::Result<usize> {
         let mut written = 0;
         let mut first_error = None;
@@ -421,12 +432,15 @@ impl Writer {
             let svg_rel = file.rel_path.with_extension("svg");
             let result =
                 atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes()).and_then(|()| {
+                    self.written.insert(file.rel_path.clone());
                     let svg = folded::flame_graph(&text, &file.entry.title(), file.entry.unit)?;
                     atomic::write_atomic(&self.dir, &svg_rel, &svg)
                 });
             match result {
                 Ok(()) => {
+                    self.written.insert(svg_rel);
                     file.dirty = false;
+                    file.on_disk = true;
                     written += 1;
                 }
                 Err(err) => {
@@ -435,19 +449,62 @@ impl Writer {
                 }
             }
         }
+        // An index only for a whole recording: after a failed file (a full
+        // disk) the last index stays, and the next flush tries again.
+        if let Some(err) = first_error {
+            return Err(err);
+        }
+        // Only files that are on disk whole: a reader of the index never
+        // meets a missing one.
         let mut entries: Vec<index::FileEntry> = self
             .files
             .iter()
-            .filter(|(key, _)| !hidden.contains(key))
+            .filter(|(key, f)| !hidden.contains(key) && f.on_disk)
             .map(|(_, f)| f.entry.clone())
             .collect();
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         let index = index::Index::new(header, self.start, self.end, entries);
-        atomic::write_atomic(&self.dir, Path::new("index.json"), &index.to_json())?;
-        match first_error {
-            Some(err) => Err(err),
-            None => Ok(written),
+        let index_rel = PathBuf::from(output_dir::INDEX);
+        atomic::write_atomic(&self.dir, &index_rel, &index.to_json())?;
+        self.written.insert(index_rel.clone());
+        self.indexed = index
+            .files
+            .iter()
+            .flat_map(|entry| [PathBuf::from(&entry.path), PathBuf::from(&entry.svg)])
+            .chain([index_rel])
+            .collect();
+        Ok(written)
+    }
+}
+
+impl Writer {
+    /// After a write that failed for good (a full disk): removes every
+    /// file this writer wrote that the last index it wrote does not list,
+    /// so that the directory holds a whole recording or none, and keeps no
+    /// space. Returns how many were removed.
+    pub fn discard_unindexed(&mut self) -> usize {
+        let stray: Vec<PathBuf> = self
+            .written
+            .iter()
+            .filter(|rel| !self.indexed.contains(*rel))
+            .cloned()
+            .collect();
+        let mut removed = 0;
+        for rel in stray {
+            if std::fs::remove_file(self.dir.join(&rel)).is_ok() {
+                removed += 1;
+            }
+            self.written.remove(&rel);
+            // Its directories, if nothing else is left in them.
+            let mut dir = rel.parent();
+            while let Some(parent) = dir.filter(|p| !p.as_os_str().is_empty()) {
+                if std::fs::remove_dir(self.dir.join(parent)).is_err() {
+                    break;
+                }
+                dir = parent.parent();
+            }
         }
+        removed
     }
 }
 
