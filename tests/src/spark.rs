@@ -520,9 +520,11 @@ impl Watcher {
         let handle = thread::spawn(move || {
             let mut seen = BTreeMap::new();
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                for (pid, proc) in scan(&dir, &roots) {
-                    seen.entry(pid).or_insert(proc);
-                }
+                // The latest view of each process wins: a process first
+                // seen between fork and exec still had its parent's command
+                // line (an executor JVM looked like its Worker: the
+                // executor was then missed, once in CI-like runs).
+                seen.extend(scan(&dir, &roots));
                 thread::sleep(Duration::from_millis(250));
             }
             seen
