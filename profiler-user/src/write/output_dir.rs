@@ -219,6 +219,21 @@ mod tests {
         .unwrap();
     }
 
+    /// Claims `dir` again once the last claim is dropped: a child another
+    /// test forked may hold the released lock's descriptor a moment longer
+    /// (until it execs).
+    fn claim_again(dir: &Path) -> OutputDir {
+        for _ in 0..200 {
+            match OutputDir::claim(dir) {
+                Err(OutputDirError::Locked(_)) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                other => return other.unwrap(),
+            }
+        }
+        panic!("{} stayed locked", dir.display());
+    }
+
     #[test]
     fn creates_a_missing_directory_and_uses_an_empty_one() {
         let base = tempfile::tempdir().unwrap();
@@ -227,7 +242,7 @@ mod tests {
         assert!(out.is_dir());
         assert_eq!(claimed.replaced(), 0);
         drop(claimed);
-        assert_eq!(OutputDir::claim(&out).unwrap().replaced(), 0);
+        assert_eq!(claim_again(&out).replaced(), 0);
         assert_eq!(fs::read_dir(&out).unwrap().count(), 0, "no probe left");
     }
 
@@ -241,44 +256,42 @@ mod tests {
         assert_eq!(fs::read_dir(base.path()).unwrap().count(), 0);
     }
 
+    /// Each case in a directory of its own: a lock released by one claim
+    /// may still be held a moment by a child another test forked (it
+    /// inherits the descriptor until it execs).
     #[test]
     fn refuses_what_is_not_a_recording() {
+        let foreign = |dir: &Path, what: &str| match OutputDir::claim(dir) {
+            Err(OutputDirError::Foreign { example, .. }) => example,
+            other => panic!("{what}: {other:?}"),
+        };
+
         let base = tempfile::tempdir().unwrap();
         recording(base.path());
         fs::write(base.path().join("notes.txt"), "mine").unwrap();
-        let err = OutputDir::claim(base.path()).unwrap_err();
-        assert!(
-            matches!(&err, OutputDirError::Foreign { example, .. } if example.ends_with("notes.txt")),
-            "{err}"
-        );
+        assert!(foreign(base.path(), "a file of someone else's").ends_with("notes.txt"));
         // Nothing was removed.
         assert!(base.path().join("processes/a-1.cpu.folded").exists());
+        assert!(base.path().join("notes.txt").exists());
 
         // An empty directory of someone else's, beside a recording.
-        fs::remove_file(base.path().join("notes.txt")).unwrap();
+        let base = tempfile::tempdir().unwrap();
+        recording(base.path());
         fs::create_dir(base.path().join("theirs")).unwrap();
-        assert!(matches!(
-            OutputDir::claim(base.path()),
-            Err(OutputDirError::Foreign { .. })
-        ));
-        fs::remove_dir(base.path().join("theirs")).unwrap();
+        assert!(foreign(base.path(), "a directory of someone else's").ends_with("theirs"));
 
         // A listed name that is a symlink is not ours to remove.
+        let base = tempfile::tempdir().unwrap();
+        recording(base.path());
         fs::remove_file(base.path().join("processes/a-1.cpu.svg")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", base.path().join("processes/a-1.cpu.svg"))
             .unwrap();
-        assert!(matches!(
-            OutputDir::claim(base.path()),
-            Err(OutputDirError::Foreign { .. })
-        ));
+        assert!(foreign(base.path(), "a symlink").ends_with("a-1.cpu.svg"));
 
         // Files without a sparkprof index.
         let other = tempfile::tempdir().unwrap();
         fs::write(other.path().join("x.folded"), "a 1\n").unwrap();
-        assert!(matches!(
-            OutputDir::claim(other.path()),
-            Err(OutputDirError::Foreign { .. })
-        ));
+        assert!(foreign(other.path(), "no index").ends_with("x.folded"));
     }
 
     #[test]
@@ -304,6 +317,6 @@ mod tests {
             Err(OutputDirError::Locked(_))
         ));
         drop(first);
-        OutputDir::claim(&out).unwrap();
+        claim_again(&out);
     }
 }
