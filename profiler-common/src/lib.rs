@@ -300,8 +300,9 @@ pub mod stat {
     /// Switch-outs not recorded because `OFFCPU_START` was full (more
     /// threads of interest than it has entries).
     pub const OFFCPU_THREADS_FULL: u32 = 11;
-    /// Off-CPU stacks lost to full `OFFCPU_USER_STACKS` or
-    /// `OFFCPU_KERNEL_STACKS` maps (the time still counts).
+    /// Off-CPU stacks lost because their ring (`OFFCPU_NEW_*_STACKS`) was
+    /// full between two drains: the time still counts, under a
+    /// `[... stack lost]` frame.
     pub const OFFCPU_STACKS_LOST: u32 = 12;
     /// Number of statistics.
     /// Switch-outs whose user stack was walked (the others reused the walk
@@ -357,16 +358,21 @@ pub mod names {
     pub const PY_THREADS: &str = "PY_THREADS";
     /// `HashMap<u64, PythonStack>`: Python stacks of samples, one per buffer.
     pub const PY_STACKS: [&str; 2] = ["PY_STACKS_0", "PY_STACKS_1"];
-    /// `HashMap<u64, OffCpuUserStack>`: user stacks of off-CPU periods,
-    /// by a hash of their frames; kept for the whole recording.
+    /// `LruHashMap<u64, OffCpuUserStack>`: user stacks of off-CPU periods,
+    /// by a hash of their frames (what spares re-sending them).
     pub const OFFCPU_USER_STACKS: &str = "OFFCPU_USER_STACKS";
+    /// Ring buffers of [`crate::NewStack`]s: every off-CPU user, kernel and
+    /// Python stack as it is first filed.
+    pub const OFFCPU_NEW_USER_STACKS: &str = "OFFCPU_NEW_USER_STACKS";
+    pub const OFFCPU_NEW_KERNEL_STACKS: &str = "OFFCPU_NEW_KERNEL_STACKS";
+    pub const OFFCPU_NEW_PY_STACKS: &str = "OFFCPU_NEW_PY_STACKS";
     /// `HashMap<u64 task_struct address, OffCpuStart>`: threads of
     /// interest that have left a CPU at least once; removed as they exit.
     pub const OFFCPU_START: &str = "OFFCPU_START";
-    /// `HashMap<u64, OffCpuKernelStack>`: kernel stacks of off-CPU periods.
+    /// `LruHashMap<u64, OffCpuKernelStack>`: kernel stacks of off-CPU periods.
     pub const OFFCPU_KERNEL_STACKS: &str = "OFFCPU_KERNEL_STACKS";
-    /// `HashMap<u64, PythonStack>`: Python stacks of off-CPU periods, by a
-    /// hash of their frames; kept for the whole recording.
+    /// `LruHashMap<u64, PythonStack>`: Python stacks of off-CPU periods, by
+    /// a hash of their frames.
     pub const OFFCPU_PY_STACKS: &str = "OFFCPU_PY_STACKS";
     /// `Array<u32>` indexed by `tgid & OFFCPU_SLOT_MASK`: the tgid whose
     /// off-CPU time is recorded (with [`crate::OFFCPU_WATCHED_PYTHON`] set
@@ -395,6 +401,27 @@ pub const MAX_OFFCPU_SLOTS: u32 = 1 << 18;
 pub const DEFAULT_OFFCPU_THREADS: u32 = 32_768;
 /// A site's walked user stack is reused for this long, then walked again.
 pub const OFFCPU_SITE_TTL_NS: u64 = 100_000_000;
+/// Key of a stack that could not be kept (its ring was full): userspace
+/// shows a marker instead of frames. `0` is "no stack".
+pub const STACK_LOST: u64 = u64::MAX;
+
+/// A stack sent to userspace when it is first filed (off-CPU stack rings):
+/// the hash it is filed under, then the stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NewStack<V> {
+    pub hash: u64,
+    pub stack: V,
+}
+
+/// Bytes of the ring that sends new off-CPU user stacks (~1 KiB each: 4,096
+/// new stacks between two drains).
+pub const OFFCPU_USER_RING_BYTES: u32 = 4 << 20;
+/// Bytes of the ring that sends new off-CPU kernel stacks (~0.5 KiB each).
+pub const OFFCPU_KERNEL_RING_BYTES: u32 = 2 << 20;
+/// Bytes of the ring that sends new off-CPU Python stacks (~0.8 KiB each).
+pub const OFFCPU_PY_RING_BYTES: u32 = 2 << 20;
+
 /// Entries of `OFFCPU_KERNEL_STACKS`.
 pub const OFFCPU_KERNEL_STACK_ENTRIES: u32 = 16_384;
 /// Entries of `OFFCPU_PY_STACKS`.
@@ -454,6 +481,22 @@ mod tests {
             core::mem::size_of::<OffCpuStart>(),
             8 + 4 * 4 + 8 + 48 * OFFCPU_SITES + COMM_LEN
         );
+    }
+
+    #[test]
+    fn new_stack_records_are_the_hash_then_the_stack() {
+        assert_eq!(core::mem::size_of::<NewStack<OffCpuUserStack>>(), 8 + 1016);
+        assert_eq!(
+            core::mem::size_of::<NewStack<OffCpuKernelStack>>(),
+            8 + 8 * OFFCPU_KERNEL_DEPTH
+        );
+        assert_eq!(
+            core::mem::size_of::<NewStack<PythonStack>>(),
+            8 + core::mem::size_of::<PythonStack>()
+        );
+        assert_eq!(core::mem::offset_of!(NewStack<OffCpuUserStack>, stack), 8);
+        // Each fits its ring many times over.
+        assert!(OFFCPU_USER_RING_BYTES as usize / size_of::<NewStack<OffCpuUserStack>>() >= 4_000);
     }
 
     #[test]

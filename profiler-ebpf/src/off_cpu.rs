@@ -25,18 +25,19 @@ use aya_ebpf::{
         bpf_probe_read_user_buf, bpf_task_pt_regs,
     },
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::BtfTracePointContext,
 };
 use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
-    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_STACK_ENTRIES, OFFCPU_PY_STACK_ENTRIES,
-    OFFCPU_SITE_TTL_NS, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey,
-    OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, stat,
+    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_RING_BYTES, OFFCPU_KERNEL_STACK_ENTRIES,
+    OFFCPU_PY_RING_BYTES, OFFCPU_PY_STACK_ENTRIES, OFFCPU_SITE_TTL_NS, OFFCPU_USER_DEPTH,
+    OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey, OffCpuSite,
+    OffCpuStart, OffCpuUserStack, PythonStack, stat,
 };
 
 use crate::{
-    hashed_stacks::{self, FNV_OFFSET, fnv},
+    hashed_stacks::{Announced, FNV_OFFSET, StackSink, fnv},
     on_cpu::active_buffer,
     python::python_stack,
     stats::count_stat,
@@ -62,9 +63,13 @@ static OFFCPU_COUNTS_0: HashMap<OffCpuKey, u64> =
 static OFFCPU_COUNTS_1: HashMap<OffCpuKey, u64> =
     HashMap::with_max_entries(DEFAULT_OFFCPU_COUNT_ENTRIES, 0);
 
+// The off-CPU stacks: LRU maps that spare re-sending, and rings every new
+// stack goes through (see `hashed_stacks::Announced`).
 #[map]
-static OFFCPU_USER_STACKS: HashMap<u64, OffCpuUserStack> =
-    HashMap::with_max_entries(DEFAULT_OFFCPU_STACK_ENTRIES, 0);
+static OFFCPU_USER_STACKS: LruHashMap<u64, OffCpuUserStack> =
+    LruHashMap::with_max_entries(DEFAULT_OFFCPU_STACK_ENTRIES, 0);
+#[map]
+static OFFCPU_NEW_USER_STACKS: RingBuf = RingBuf::with_byte_size(OFFCPU_USER_RING_BYTES, 0);
 
 /// Scratch space for one user stack, and for the words scanned above a
 /// stack pointer (both too large for the BPF stack).
@@ -74,12 +79,16 @@ static USER_STACK_SCRATCH: PerCpuArray<OffCpuUserStack> = PerCpuArray::with_max_
 static SCAN_SCRATCH: PerCpuArray<[u64; SCAN_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
-static OFFCPU_PY_STACKS: HashMap<u64, PythonStack> =
-    HashMap::with_max_entries(OFFCPU_PY_STACK_ENTRIES, 0);
+static OFFCPU_PY_STACKS: LruHashMap<u64, PythonStack> =
+    LruHashMap::with_max_entries(OFFCPU_PY_STACK_ENTRIES, 0);
+#[map]
+static OFFCPU_NEW_PY_STACKS: RingBuf = RingBuf::with_byte_size(OFFCPU_PY_RING_BYTES, 0);
 
 #[map]
-static OFFCPU_KERNEL_STACKS: HashMap<u64, OffCpuKernelStack> =
-    HashMap::with_max_entries(OFFCPU_KERNEL_STACK_ENTRIES, 0);
+static OFFCPU_KERNEL_STACKS: LruHashMap<u64, OffCpuKernelStack> =
+    LruHashMap::with_max_entries(OFFCPU_KERNEL_STACK_ENTRIES, 0);
+#[map]
+static OFFCPU_NEW_KERNEL_STACKS: RingBuf = RingBuf::with_byte_size(OFFCPU_KERNEL_RING_BYTES, 0);
 
 /// Scratch space for one kernel stack (too large for the BPF stack).
 #[map]
@@ -177,7 +186,15 @@ fn switched_out(ctx: &BtfTracePointContext) {
     };
     slot.site = index as u32;
     slot.python_stack = if python {
-        python_stack(tgid, tid, &OFFCPU_PY_STACKS)
+        python_stack(
+            tgid,
+            tid,
+            &Announced {
+                map: &OFFCPU_PY_STACKS,
+                ring: &OFFCPU_NEW_PY_STACKS,
+                lost_stat: stat::OFFCPU_STACKS_LOST,
+            },
+        )
     } else {
         0
     };
@@ -301,7 +318,12 @@ fn user_stack(ip: u64, sp: u64, bp: u64) -> u64 {
             hash = fnv(hash, stack.ips[index]);
         }
     }
-    hashed_stacks::store(&OFFCPU_USER_STACKS, hash, stack, stat::OFFCPU_STACKS_LOST)
+    Announced {
+        map: &OFFCPU_USER_STACKS,
+        ring: &OFFCPU_NEW_USER_STACKS,
+        lost_stat: stat::OFFCPU_STACKS_LOST,
+    }
+    .file(hash, stack)
 }
 
 /// Could `frame` be a frame record of this stack, above `below`?
@@ -380,12 +402,12 @@ fn kernel_stack(next: *mut task_struct) -> u64 {
             hash = fnv(hash, scratch.ips[index]);
         }
     }
-    hashed_stacks::store(
-        &OFFCPU_KERNEL_STACKS,
-        hash,
-        scratch,
-        stat::OFFCPU_STACKS_LOST,
-    )
+    Announced {
+        map: &OFFCPU_KERNEL_STACKS,
+        ring: &OFFCPU_NEW_KERNEL_STACKS,
+        lost_stat: stat::OFFCPU_STACKS_LOST,
+    }
+    .file(hash, scratch)
 }
 
 /// The sched_switch record's `prev_state` for a raw `__state`.

@@ -18,6 +18,7 @@ use profiler_common::{
 };
 
 use crate::{
+    hashed_stacks::Pooled,
     python::{python_stack, sample_stacks},
     stats::count_stat,
     thread_names::thread_epoch,
@@ -73,7 +74,14 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         kernel_stack_id,
         name_epoch: thread_epoch(tid),
         flags: 0,
-        python_stack: python_stack(tgid, tid, sample_stacks(buffer)),
+        python_stack: python_stack(
+            tgid,
+            tid,
+            &Pooled {
+                map: sample_stacks(buffer),
+                lost_stat: stat::PY_STACKS_LOST,
+            },
+        ),
         comm,
     };
     add_one(&ctx, counts, &key);

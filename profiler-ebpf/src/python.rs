@@ -16,10 +16,10 @@ use aya_ebpf::{
 };
 use profiler_common::{
     MAX_PYTHON_PROCESSES, MAX_PYTHON_THREADS, PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame,
-    PythonOffsets, PythonStack, python_layout, stat,
+    PythonOffsets, PythonStack, python_layout,
 };
 
-use crate::hashed_stacks::{self, FNV_OFFSET, fnv};
+use crate::hashed_stacks::{FNV_OFFSET, StackSink, fnv};
 
 #[map]
 static PY_PROCS: HashMap<u32, PythonOffsets> = HashMap::with_max_entries(MAX_PYTHON_PROCESSES, 0);
@@ -52,7 +52,7 @@ pub fn sample_stacks(buffer: u32) -> &'static HashMap<u64, PythonStack> {
 /// frames; `0` when the thread is not a registered Python thread or has no
 /// Python frame now.
 #[inline(always)]
-pub fn python_stack(tgid: u32, tid: u32, stacks: &HashMap<u64, PythonStack>) -> u64 {
+pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -> u64 {
     let Some(offsets) = (unsafe { PY_PROCS.get(&tgid) }) else {
         return 0;
     };
@@ -99,7 +99,7 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &HashMap<u64, PythonStack>) -> 
     stack.truncated = u32::from(frame != 0);
     stack.len = len;
     hash ^= u64::from(stack.truncated);
-    hashed_stacks::store(stacks, hash, stack, stat::PY_STACKS_LOST)
+    stacks.file(hash, stack)
 }
 
 /// The thread's innermost frame: through `cframe` on 3.11 and 3.12.

@@ -100,6 +100,51 @@ fn spark_stages_are_tagged_per_executor() {
             );
         }
     }
+    // Their task threads' off-CPU time keeps its user frames (the JVM's
+    // and Java's above the kernel wait): at least 90 %, for as long as it
+    // records. Stacks still lost say so (`[user stack lost: ...]`).
+    for executor in &truth.executors {
+        let (mut with_user, mut lost, mut total) = (0u64, 0u64, 0u64);
+        for f in recording.files().into_iter().filter(kind("offcpu")) {
+            if s(&f["executor_id"]) != Some(executor.as_str()) || f["stage_id"].is_null() {
+                continue;
+            }
+            for stack in recording.stacks(f) {
+                total += stack.count;
+                // frames[0] is the process, frames[1] the thread.
+                // A user frame, named or not (`[unknown]`), as opposed to
+                // kernel frames and markers.
+                let user = stack.frames[2..].iter().any(|frame| {
+                    !frame.ends_with("_[k]")
+                        && !frame.starts_with("[off-cpu")
+                        && !frame.contains("stack lost")
+                        && frame != "[truncated]"
+                });
+                if user {
+                    with_user += stack.count;
+                }
+                if stack
+                    .frames
+                    .iter()
+                    .any(|frame| frame.contains("stack lost"))
+                {
+                    lost += stack.count;
+                }
+            }
+        }
+        let share = with_user as f64 / total.max(1) as f64;
+        eprintln!(
+            "executor {executor}: task threads {total} us off the CPU, {:.1} % with user frames, {lost} us marked lost",
+            share * 100.0
+        );
+        assert!(
+            share >= 0.90,
+            "executor {executor}: only {:.1} % of its task threads' off-CPU time has user frames",
+            share * 100.0
+        );
+    }
+    eprintln!("off-CPU statistics: {}", recording.index["stats"]);
+
     // The PySpark workers wait for the JVM in Python code: their off-CPU
     // time carries Python frames of pyspark's own modules.
     let mut waiting: BTreeMap<String, (u64, u64)> = BTreeMap::new();

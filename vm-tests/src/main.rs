@@ -14,6 +14,8 @@
 //!   function, and a thread reading /dev/zero with kernel stacks;
 //! - `off_cpu_sleep`: sched_switch records a thread's 20 x 50 ms in
 //!   nanosleep as about 1 s off the CPU in state sleep, with stacks;
+//! - `off_cpu_stacks_outlive_their_map`: 120 distinct user stacks asleep,
+//!   with an off-CPU stack map of 64 entries, all whole;
 //! - `off_cpu_python_frames`: the same sleeps of a thread registered with a
 //!   fake CPython 3.13 thread state carry its fake frame chain;
 //! - `task_rename_tracepoint`: `prctl(PR_SET_NAME)` renames of a watched
@@ -101,9 +103,13 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 6] = [
+    let checks: [(&str, Check); 7] = [
         ("on_cpu_samples", check_on_cpu),
         ("off_cpu_sleep", check_off_cpu),
+        (
+            "off_cpu_stacks_outlive_their_map",
+            check_off_cpu_many_stacks,
+        ),
         ("off_cpu_python_frames", check_off_cpu_python),
         ("task_rename_tracepoint", check_task_rename),
         (
@@ -165,7 +171,8 @@ fn config(pid: u32, off_cpu: bool) -> CollectorConfig {
         jvm_rename_uprobe: true,
         off_cpu: off_cpu.then(|| OffCpuConfig {
             min_block: Duration::from_micros(100),
-            stack_map_entries: 1024,
+            // Fewer than `off_cpu_stacks_outlive_their_map` makes.
+            stack_map_entries: OFFCPU_STACK_MAP_ENTRIES,
             count_map_entries: 1024,
         }),
     }
@@ -333,6 +340,62 @@ fn check_off_cpu(collector: &mut Collector, _pid: u32) -> Result<String, String>
     Ok(format!(
         "{slept_us} us off the CPU in state sleep for 20 x 50 ms in nanosleep, with kernel and \
          user stacks"
+    ))
+}
+
+/// Entries of the off-CPU user-stack map in these checks.
+const OFFCPU_STACK_MAP_ENTRIES: u32 = 64;
+/// Distinct user stacks `off_cpu_stacks_outlive_their_map` sleeps in.
+const DISTINCT_STACKS: u32 = 120;
+
+/// A thread sleeps 2 ms at each recursion depth from 1 to 120: 120 distinct
+/// user stacks, about twice what the off-CPU stack map holds. Every sleep
+/// still carries its whole user stack (new stacks reach userspace through
+/// the ring; the map only evicts), none is lost or missing.
+fn check_off_cpu_many_stacks(collector: &mut Collector, _pid: u32) -> Result<String, String> {
+    drain(collector)?;
+    let sleeper = Worker::spawn(|_| {
+        for depth in 1..=DISTINCT_STACKS {
+            workload::sparkprof_vm_deep_sleep(depth, Duration::from_millis(2));
+        }
+    });
+    let tid = sleeper.tid;
+    sleeper.finish();
+    let mut samples = drain(collector)?.samples;
+    samples.extend(drain(collector)?.samples);
+    let asleep: Vec<&RawSample> = samples
+        .iter()
+        .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
+        .collect();
+    let total = sum(asleep.iter().map(|s| s.count));
+    let whole: Vec<&Vec<u64>> = asleep
+        .iter()
+        .filter_map(|s| match &s.user {
+            RawStack::Frames { ips, .. } => Some(ips),
+            _ => None,
+        })
+        .collect();
+    let with_user = sum(asleep
+        .iter()
+        .filter(|s| matches!(&s.user, RawStack::Frames { .. }))
+        .map(|s| s.count));
+    let distinct: HashSet<&Vec<u64>> = whole.iter().copied().collect();
+    let others: Vec<String> = asleep
+        .iter()
+        .filter(|s| !matches!(&s.user, RawStack::Frames { .. }))
+        .map(|s| format!("{:?} {} us", s.user, s.count))
+        .collect();
+    if total < 200_000 || with_user != total || distinct.len() < DISTINCT_STACKS as usize {
+        return Err(format!(
+            "{with_user} of {total} us asleep with a user stack, {} distinct stacks (expected \
+             {DISTINCT_STACKS}, map of {OFFCPU_STACK_MAP_ENTRIES}); without: {others:?}",
+            distinct.len()
+        ));
+    }
+    Ok(format!(
+        "{with_user} of {total} us asleep with their user stacks, {} distinct (map of \
+         {OFFCPU_STACK_MAP_ENTRIES} entries)",
+        distinct.len()
     ))
 }
 

@@ -90,6 +90,20 @@ pub fn sleep_in_nanosleep(times: u32, each: Duration) {
     }
 }
 
+/// Sleeps `each` at recursion depth `depth`: each depth is its own user
+/// stack (frame pointers make every level a frame of the walk).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_deep_sleep(depth: u32, each: Duration) {
+    if depth <= 1 {
+        thread::sleep(each);
+    } else {
+        sparkprof_vm_deep_sleep(std::hint::black_box(depth - 1), each);
+    }
+    // Not a tail call: the frame stays on the stack.
+    std::hint::black_box(depth);
+}
+
 /// Renames the calling thread (`task:task_rename`).
 pub fn set_comm(name: &CStr) -> Result<(), String> {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.

@@ -238,6 +238,14 @@ impl Collector {
                 loader.map_max_entries(names::OFFCPU_START, 1);
                 loader.map_max_entries(names::OFFCPU_KERNEL_STACKS, 1);
                 loader.map_max_entries(names::OFFCPU_PY_STACKS, 1);
+                // One page, the smallest ring.
+                for name in [
+                    names::OFFCPU_NEW_USER_STACKS,
+                    names::OFFCPU_NEW_KERNEL_STACKS,
+                    names::OFFCPU_NEW_PY_STACKS,
+                ] {
+                    loader.map_max_entries(name, 4096);
+                }
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, 1);
                 }

@@ -5,21 +5,26 @@
 //! a thread of interest to (thread, stacks, name epoch, state) in the active
 //! buffer; here those counts are drained with the on-CPU ones, their user,
 //! kernel and Python stacks read from the off-CPU stack maps by the hash
-//! they were filed under (never cleared during a recording: a thread may
-//! stay blocked across many drains and its stacks must stay there until it
-//! runs again; a full map loses new stacks, counted), and the nanoseconds
-//! turned into microseconds.
+//! they were filed under, and the nanoseconds turned into microseconds.
+//!
+//! A thread may stay blocked across many drains, so no drain may clear the
+//! stacks its count will name. Instead every new stack comes through a ring
+//! buffer when the program first files it (`OFFCPU_NEW_*_STACKS`), read at
+//! each drain into caches here, before the counts that name them; the
+//! kernel maps only spare sending a stack twice and evict their least
+//! recently used entries when full. A stack lost to a full ring reads as
+//! lost, and is shown so.
 
 use std::{collections::HashMap as StdHashMap, time::Duration};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData},
+    maps::{Array, HashMap, MapData, RingBuf},
     programs::{BtfTracePoint, Program, ProgramError},
 };
 use profiler_common::{
-    MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
-    OffCpuKernelStack, OffCpuKey, OffCpuUserStack, PythonStack, names,
+    MAX_OFFCPU_SLOTS, NewStack, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
+    OffCpuKernelStack, OffCpuKey, OffCpuUserStack, PythonStack, STACK_LOST, names,
 };
 use tracing::{debug, warn};
 
@@ -134,6 +139,8 @@ pub struct OffCpuRecorder {
     user_stacks: HashMap<MapData, u64, OffCpuUserStack>,
     kernel_stacks: HashMap<MapData, u64, OffCpuKernelStack>,
     python_stacks: HashMap<MapData, u64, PythonStack>,
+    /// Every new stack, as the program files it: user, kernel, Python.
+    new_stacks: [RingBuf<MapData>; 3],
     watched_slots: Array<MapData, u32>,
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
@@ -185,6 +192,11 @@ impl OffCpuRecorder {
             user_stacks: take_map(ebpf, names::OFFCPU_USER_STACKS)?,
             kernel_stacks: take_map(ebpf, names::OFFCPU_KERNEL_STACKS)?,
             python_stacks: take_map(ebpf, names::OFFCPU_PY_STACKS)?,
+            new_stacks: [
+                take_map(ebpf, names::OFFCPU_NEW_USER_STACKS)?,
+                take_map(ebpf, names::OFFCPU_NEW_KERNEL_STACKS)?,
+                take_map(ebpf, names::OFFCPU_NEW_PY_STACKS)?,
+            ],
             watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
             watched: StdHashMap::new(),
             slot_mask: globals.slot_mask,
@@ -240,8 +252,34 @@ impl OffCpuRecorder {
         }
     }
 
+    /// Reads the stacks the program sent since the last drain into the
+    /// caches (every count names a stack sent before it was counted).
+    fn take_new_stacks(&mut self) {
+        let depth = self.stack_depth;
+        let [user, kernel, python] = &mut self.new_stacks;
+        while let Some(item) = user.next() {
+            if let Some(new) = decode::<OffCpuUserStack>(&item) {
+                self.stack_cache
+                    .insert(new.hash, user_frames(&new.stack, depth));
+            }
+        }
+        while let Some(item) = kernel.next() {
+            if let Some(new) = decode::<OffCpuKernelStack>(&item) {
+                self.kernel_stack_cache
+                    .insert(new.hash, kernel_frames(&new.stack, depth));
+            }
+        }
+        while let Some(item) = python.next() {
+            if let Some(new) = decode::<PythonStack>(&item) {
+                self.python_stack_cache
+                    .insert(new.hash, Some(RawPythonStack::from_kernel(&new.stack)));
+            }
+        }
+    }
+
     /// Takes what the idle buffer counted and clears it.
     pub fn drain(&mut self, idle: usize) -> Vec<RawSample> {
+        self.take_new_stacks();
         let entries: Vec<(OffCpuKey, u64)> = self.counts[idle]
             .iter()
             .filter_map(|entry| entry.map_err(|err| debug!("off-CPU counts: {err}")).ok())
@@ -274,11 +312,8 @@ impl OffCpuRecorder {
             &mut self.stack_cache,
             &self.user_stacks,
             hash,
-            ("user", RawStack::Lost(-libc::ENOENT)),
-            |stack| {
-                let len = (stack.len as usize).min(OFFCPU_USER_DEPTH);
-                frames(&stack.ips[..len], OFFCPU_USER_DEPTH, depth)
-            },
+            ("user", lost_stack),
+            |stack| user_frames(&stack, depth),
         )
         .unwrap_or(RawStack::Absent)
     }
@@ -289,7 +324,7 @@ impl OffCpuRecorder {
             &mut self.python_stack_cache,
             &self.python_stacks,
             hash,
-            ("Python", None),
+            ("Python", |_| None),
             |stack| Some(RawPythonStack::from_kernel(&stack)),
         )
         .flatten()
@@ -302,39 +337,67 @@ impl OffCpuRecorder {
             &mut self.kernel_stack_cache,
             &self.kernel_stacks,
             hash,
-            ("kernel", RawStack::Lost(-libc::ENOENT)),
-            |stack| {
-                let ips: Vec<u64> = stack
-                    .ips
-                    .iter()
-                    .copied()
-                    .take_while(|&ip| ip != 0)
-                    .collect();
-                let truncated = ips.len() >= OFFCPU_KERNEL_DEPTH.min(depth);
-                if ips.is_empty() {
-                    RawStack::Absent
-                } else {
-                    RawStack::Frames { ips, truncated }
-                }
-            },
+            ("kernel", lost_stack),
+            |stack| kernel_frames(&stack, depth),
         )
         .unwrap_or(RawStack::Absent)
     }
 }
 
-/// What the stack filed under `hash` in `map` reads as (`convert`), through
-/// `cache`: the off-CPU stack maps are never cleared during a recording, so
-/// a stack once read stays valid. `None` for hash `0` (no stack); a hash
-/// the map does not hold reads as `lost`, and is logged.
+/// A stack that was not kept: its ring was full (`-ENOSPC`), or it is in
+/// neither the caches nor the map (`-ENOENT`).
+fn lost_stack(errno: i32) -> RawStack {
+    RawStack::Lost(-errno)
+}
+
+/// A ring record: the hash, then the stack.
+fn decode<V: Copy>(bytes: &[u8]) -> Option<NewStack<V>> {
+    if bytes.len() < size_of::<NewStack<V>>() {
+        debug!(len = bytes.len(), "short off-CPU stack record ignored");
+        return None;
+    }
+    // SAFETY: long enough, and NewStack<V> is plain data (any bytes are a
+    // valid value); read unaligned from the ring's memory.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<NewStack<V>>()) })
+}
+
+/// An off-CPU user stack's frames, cut to `depth`.
+fn user_frames(stack: &OffCpuUserStack, depth: usize) -> RawStack {
+    let len = (stack.len as usize).min(OFFCPU_USER_DEPTH);
+    frames(&stack.ips[..len], OFFCPU_USER_DEPTH, depth)
+}
+
+/// An off-CPU kernel stack's frames (zero-terminated).
+fn kernel_frames(stack: &OffCpuKernelStack, depth: usize) -> RawStack {
+    let ips: Vec<u64> = stack
+        .ips
+        .iter()
+        .copied()
+        .take_while(|&ip| ip != 0)
+        .collect();
+    let truncated = ips.len() >= OFFCPU_KERNEL_DEPTH.min(depth);
+    if ips.is_empty() {
+        RawStack::Absent
+    } else {
+        RawStack::Frames { ips, truncated }
+    }
+}
+
+/// What the stack filed under `hash` reads as (`convert`): from `cache`
+/// (which the rings fill), else from `map`. `None` for hash `0` (no stack);
+/// [`STACK_LOST`], or a hash found nowhere, reads as `lost(errno)`, logged.
 fn cached_lookup<V: aya::Pod, T: Clone>(
     cache: &mut StdHashMap<u64, T>,
     map: &HashMap<MapData, u64, V>,
     hash: u64,
-    (what, lost): (&str, T),
+    (what, lost): (&str, fn(i32) -> T),
     convert: impl FnOnce(V) -> T,
 ) -> Option<T> {
     if hash == 0 {
         return None;
+    }
+    if hash == STACK_LOST {
+        return Some(lost(libc::ENOSPC));
     }
     if let Some(stack) = cache.get(&hash) {
         return Some(stack.clone());
@@ -342,8 +405,11 @@ fn cached_lookup<V: aya::Pod, T: Clone>(
     let stack = match map.get(&hash, 0) {
         Ok(stack) => convert(stack),
         Err(err) => {
-            debug!(hash, "off-CPU {what} stack lookup failed: {err}");
-            lost
+            debug!(
+                hash,
+                "off-CPU {what} stack not sent and not in its map: {err}"
+            );
+            return Some(lost(libc::ENOENT));
         }
     };
     cache.insert(hash, stack.clone());

@@ -431,10 +431,11 @@ fn merge_python(native: Vec<Frame>, python: Vec<Frame>) -> Vec<Frame> {
 }
 
 fn lost_marker(which: &str, errno: i32) -> String {
-    if errno == profiler_common::stack_error::EEXIST {
-        format!("[{which} stack lost: stack map collision]")
-    } else {
-        format!("[{which} stack lost: error {errno}]")
+    match -errno {
+        libc::EEXIST => format!("[{which} stack lost: stack map collision]"),
+        libc::ENOSPC => format!("[{which} stack lost: ring full]"),
+        libc::ENOENT => format!("[{which} stack lost: evicted]"),
+        _ => format!("[{which} stack lost: error {errno}]"),
     }
 }
 
