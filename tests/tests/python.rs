@@ -181,6 +181,31 @@ fn python_call_chains_in_every_version() {
                 "Python {version}: a call line is not {middle_line} / {outer_line}"
             ));
         }
+        // No native frame is named after a data symbol (CPython's type
+        // objects, `Py*_Type`): a walk through the interpreter (no frame
+        // pointers) reads garbage there, and is cut where it leaves code.
+        let data: u64 = stacks
+            .iter()
+            .filter(|s| {
+                s.frames
+                    .iter()
+                    .any(|f| f.starts_with("Py") && f.ends_with("_Type"))
+            })
+            .map(|s| s.count)
+            .sum();
+        let cut: u64 = stacks
+            .iter()
+            .filter(|s| s.frames.iter().any(|f| f == "[walk left code]"))
+            .map(|s| s.count)
+            .sum();
+        eprintln!(
+            "Python {version}: {data} samples with a data-symbol frame, {cut} cut where the walk left code"
+        );
+        if data > 0 {
+            failures.push(format!(
+                "Python {version}: {data} samples have a frame named after a type object"
+            ));
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -261,10 +261,20 @@ impl Symbolizer {
         let mut frames = Vec::new();
         match user {
             RawStack::Frames { ips, truncated } => {
-                if *truncated {
+                // Leaf first. A walk that leaves code (a garbage return
+                // address read where no frame pointer was kept) is cut
+                // there: nothing beyond it is a caller.
+                let addrs: Vec<u64> = lookup_addresses(ips).collect();
+                let code = addrs
+                    .iter()
+                    .position(|&addr| !self.native.is_code(process, addr))
+                    .unwrap_or(addrs.len());
+                if code < addrs.len() {
+                    frames.push(Frame::marker(NOT_CODE_MARKER));
+                } else if *truncated {
                     frames.push(Frame::marker("[truncated]"));
                 }
-                for addr in lookup_addresses(ips).rev() {
+                for &addr in addrs[..code].iter().rev() {
                     frames.push(self.user_frame(process, addr, count));
                 }
             }
@@ -429,6 +439,9 @@ fn merge_python(native: Vec<Frame>, python: Vec<Frame>) -> Vec<Frame> {
     merged.extend_from_slice(&native[last..]);
     merged
 }
+
+/// At the root of a user stack whose walk left code and was cut there.
+pub const NOT_CODE_MARKER: &str = "[walk left code]";
 
 fn lost_marker(which: &str, errno: i32) -> String {
     match -errno {

@@ -5,6 +5,14 @@
 //! containers and files deleted since they were mapped still resolve.
 //! Addresses no ELF symbol covers fall back to `module+0xoffset` from the
 //! process's mappings ([`super::proc_maps`]).
+//!
+//! Only addresses in executable mappings are code. A frame-pointer walk
+//! through code built without frame pointers (CPython's interpreter, most
+//! distribution libraries) reads garbage "return addresses", often into
+//! data: named after the nearest symbol they would read as, say,
+//! `PyBytesIter_Type` (a type object), dozens of times per stack. Such an
+//! address is never named, and [`NativeSymbolizer::is_code`] lets the
+//! stack be cut there.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -26,6 +34,9 @@ type ProcessKey = (u32, u64);
 pub struct NativeSymbolizer {
     symbolizer: Symbolizer,
     names: HashMap<ProcessKey, HashMap<u64, Arc<str>>>,
+    /// Each process's executable mappings (`None`: unreadable, e.g. it
+    /// exited; then no address is judged).
+    maps: HashMap<ProcessKey, Option<ProcMaps>>,
 }
 
 impl Default for NativeSymbolizer {
@@ -39,6 +50,7 @@ impl NativeSymbolizer {
         Self {
             symbolizer: Symbolizer::new(),
             names: HashMap::new(),
+            maps: HashMap::new(),
         }
     }
 
@@ -59,6 +71,19 @@ impl NativeSymbolizer {
         if todo.is_empty() {
             return;
         }
+        // Code only: read the mappings again if an address is outside the
+        // ones known (a library loaded since), then leave out what is not.
+        let key = Self::key(process);
+        let known = self.maps.get(&key).and_then(Option::as_ref);
+        if known.is_none_or(|maps| todo.iter().any(|&addr| maps.find(addr).is_none())) {
+            self.maps.insert(key, ProcMaps::read(process.pid).ok());
+        }
+        if let Some(Some(maps)) = self.maps.get(&key) {
+            todo.retain(|&addr| maps.find(addr).is_some());
+        }
+        if todo.is_empty() {
+            return;
+        }
         let mut source = Process::new(Pid::from(process.pid));
         // ELF symbols only: DWARF parsing of large binaries costs seconds and
         // hundreds of MiB; perf maps are read by our own JIT resolver.
@@ -73,14 +98,22 @@ impl NativeSymbolizer {
                 vec![None; todo.len()]
             }
         };
-        let mut maps: Option<ProcMaps> = None;
+        let maps = self.maps.get(&key).and_then(Option::as_ref);
         for (addr, name) in todo.into_iter().zip(results) {
-            let name = name.unwrap_or_else(|| {
-                let maps =
-                    maps.get_or_insert_with(|| ProcMaps::read(process.pid).unwrap_or_default());
-                maps.describe(addr).into()
+            let name = name.unwrap_or_else(|| match maps {
+                Some(maps) => maps.describe(addr).into(),
+                None => "[unknown]".into(),
             });
             cache.insert(addr, name);
+        }
+    }
+
+    /// Whether `addr` is in an executable mapping of `process` (as last
+    /// read by [`Self::resolve`]); `true` when its mappings are unknown.
+    pub fn is_code(&self, process: &ProcessInfo, addr: u64) -> bool {
+        match self.maps.get(&Self::key(process)) {
+            Some(Some(maps)) => maps.find(addr).is_some(),
+            _ => true,
         }
     }
 
@@ -96,6 +129,7 @@ impl NativeSymbolizer {
     /// Drops everything cached for an exited process.
     pub fn evict(&mut self, process: &ProcessInfo) {
         self.names.remove(&Self::key(process));
+        self.maps.remove(&Self::key(process));
         let evict = blazesym::symbolize::evict::Evict::Process(
             blazesym::symbolize::evict::Process::new(Pid::from(process.pid)),
         );
@@ -109,5 +143,50 @@ fn sym_name(result: &Symbolized<'_>) -> Option<Arc<str>> {
     match result {
         Symbolized::Sym(sym) => Some(sym.name.as_ref().into()),
         Symbolized::Unknown(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enrich::{Runtime, spark::SparkProcess};
+
+    /// A function of this test binary, with a name to find.
+    #[inline(never)]
+    #[unsafe(no_mangle)]
+    pub extern "C" fn sparkprof_native_test_function() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// A data object of this test binary, with a symbol of its own.
+    #[unsafe(no_mangle)]
+    pub static SPARKPROF_NATIVE_TEST_DATA: [u64; 64] = [1; 64];
+
+    /// This process's own code is named; an address in its data (what a
+    /// walk through code without frame pointers reads) is not code and is
+    /// never named after the data symbol there.
+    #[test]
+    fn names_code_and_never_data() {
+        let process = ProcessInfo {
+            pid: std::process::id(),
+            start_ticks: 1,
+            name: "test".into(),
+            kernel_thread: false,
+            runtime: Runtime::Native,
+            spark: SparkProcess::other(),
+        };
+        let function = sparkprof_native_test_function as usize as u64 + 1;
+        let data = std::hint::black_box(&SPARKPROF_NATIVE_TEST_DATA) as *const _ as u64 + 8;
+        let mut symbolizer = NativeSymbolizer::new();
+        symbolizer.resolve(&process, &[function, data]);
+        assert!(symbolizer.is_code(&process, function));
+        assert_eq!(
+            &*symbolizer.name(&process, function),
+            "sparkprof_native_test_function"
+        );
+        assert!(!symbolizer.is_code(&process, data));
+        let named = symbolizer.name(&process, data);
+        assert!(!named.contains("SPARKPROF_NATIVE_TEST_DATA"), "{named}");
+        assert_eq!(&*named, "[unknown]");
     }
 }
