@@ -175,7 +175,7 @@ mod tests {
             runtime: Runtime::Native,
             spark: SparkProcess::other(),
         };
-        let function = sparkprof_native_test_function as usize as u64 + 1;
+        let function = sparkprof_native_test_function as *const () as u64 + 1;
         let data = std::hint::black_box(&SPARKPROF_NATIVE_TEST_DATA) as *const _ as u64 + 8;
         let mut symbolizer = NativeSymbolizer::new();
         symbolizer.resolve(&process, &[function, data]);
