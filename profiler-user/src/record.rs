@@ -98,7 +98,9 @@ pub enum RecordError {
 #[derive(Debug, Clone)]
 pub struct Summary {
     pub output: PathBuf,
+    /// Folded files `index.json` lists.
     pub files: usize,
+    /// On-CPU samples in them.
     pub samples: u64,
     pub stats: KernelStats,
     pub elapsed: Duration,
@@ -487,7 +489,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     let stats = pipeline.collector.stats();
     // Free the kernel maps before a possibly long wait for disk space.
     drop(pipeline.collector);
-    let files = final_flush(
+    final_flush(
         &mut pipeline.writer,
         &header(
             stats,
@@ -509,10 +511,12 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         }
     })?;
     drop(output);
+    // What index.json lists, so the closing line agrees with it.
+    let (files, samples) = pipeline.writer.index_totals();
     Ok(Summary {
         output: options.output,
         files,
-        samples: pipeline.writer.samples(),
+        samples,
         stats,
         elapsed: started.elapsed(),
         interrupted,

@@ -276,6 +276,31 @@ impl Recording {
             self.log
         );
         assert!(self.index.is_object(), "no valid index.json:\n{}", self.log);
+        // The closing line says what index.json lists.
+        let closing = self
+            .log
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("sparkprof: "))
+            .unwrap_or_else(|| panic!("no closing line:\n{}", self.log));
+        let words: Vec<&str> = closing.split_whitespace().collect();
+        let (samples, files): (u64, usize) = match words.as_slice() {
+            [samples, "samples", "in", files, "files", ..] => {
+                (samples.parse().unwrap(), files.parse().unwrap())
+            }
+            _ => panic!("unexpected closing line: {closing}"),
+        };
+        let listed = self.files();
+        let cpu: u64 = listed
+            .iter()
+            .filter(|entry| entry["kind"] == "cpu")
+            .map(|entry| entry["samples"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            (samples, files),
+            (cpu, listed.len()),
+            "the closing line disagrees with index.json: {closing}"
+        );
         self
     }
 

@@ -329,3 +329,21 @@ fn a_disk_that_stays_full_keeps_no_partial_recording() {
     let left = relative_files(&out);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// With periodic flushes the last one rewrites only what changed; the
+/// closing line still counts every file and sample that index.json lists
+/// (`Recording::assert_ok` compares them).
+#[test]
+fn the_closing_line_agrees_with_the_index_after_periodic_flushes() {
+    require_root();
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let recorder = Recorder::start(&["--duration", "4", "--flush-interval", "1"]);
+    // Busy in the first second only: its file is not rewritten at the end.
+    let early = Workload::start(&chain, &["1", "1"]);
+    let pid = early.pid();
+    early.wait_cpu_seconds();
+    let recording = recorder.wait();
+    recording.assert_ok();
+    assert!(recording.samples_of(pid) > 50, "{}", recording.log);
+}

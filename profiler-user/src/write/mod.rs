@@ -298,6 +298,8 @@ pub struct Writer {
     written: std::collections::HashSet<PathBuf>,
     /// Files the last index it wrote lists (itself included).
     indexed: std::collections::HashSet<PathBuf>,
+    /// Folded files and on-CPU samples the last index it wrote lists.
+    index_totals: (usize, u64),
 }
 
 impl Writer {
@@ -312,6 +314,7 @@ impl Writer {
             end: None,
             written: Default::default(),
             indexed: Default::default(),
+            index_totals: (0, 0),
         }
     }
 
@@ -467,6 +470,15 @@ impl Writer {
         let index_rel = PathBuf::from(output_dir::INDEX);
         atomic::write_atomic(&self.dir, &index_rel, &index.to_json())?;
         self.written.insert(index_rel.clone());
+        self.index_totals = (
+            index.files.len(),
+            index
+                .files
+                .iter()
+                .filter(|entry| entry.kind == ProfileKind::Cpu)
+                .map(|entry| entry.samples)
+                .sum(),
+        );
         self.indexed = index
             .files
             .iter()
@@ -478,6 +490,12 @@ impl Writer {
 }
 
 impl Writer {
+    /// The folded files and on-CPU samples that the last `index.json`
+    /// written lists: what a summary of the recording must say.
+    pub fn index_totals(&self) -> (usize, u64) {
+        self.index_totals
+    }
+
     /// After a write that failed for good (a full disk): removes every
     /// file this writer wrote that the last index it wrote does not list,
     /// so that the directory holds a whole recording or none, and keeps no
