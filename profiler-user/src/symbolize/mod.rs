@@ -261,21 +261,30 @@ impl Symbolizer {
         let mut frames = Vec::new();
         match user {
             RawStack::Frames { ips, truncated } => {
-                // Leaf first. A walk that leaves code (a garbage return
-                // address read where no frame pointer was kept) is cut
-                // there: nothing beyond it is a caller.
+                // Leaf first. An address outside code is a garbage return
+                // address (read where no frame pointer was kept): never a
+                // frame. Where the walk ends outside code, it is cut after
+                // its outermost code frame, and marked. (A lone garbage
+                // frame in the middle, which the frame-record scan of
+                // off-CPU walks can step over, just goes.)
                 let addrs: Vec<u64> = lookup_addresses(ips).collect();
-                let code = addrs
+                let is_code: Vec<bool> = addrs
                     .iter()
-                    .position(|&addr| !self.native.is_code(process, addr))
-                    .unwrap_or(addrs.len());
-                if code < addrs.len() {
+                    .map(|&addr| self.native.is_code(process, addr))
+                    .collect();
+                let end = is_code
+                    .iter()
+                    .rposition(|&code| code)
+                    .map_or(0, |last| last + 1);
+                if end < addrs.len() {
                     frames.push(Frame::marker(NOT_CODE_MARKER));
                 } else if *truncated {
                     frames.push(Frame::marker("[truncated]"));
                 }
-                for &addr in addrs[..code].iter().rev() {
-                    frames.push(self.user_frame(process, addr, count));
+                for index in (0..end).rev() {
+                    if is_code[index] {
+                        frames.push(self.user_frame(process, addrs[index], count));
+                    }
                 }
             }
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
@@ -440,7 +449,8 @@ fn merge_python(native: Vec<Frame>, python: Vec<Frame>) -> Vec<Frame> {
     merged
 }
 
-/// At the root of a user stack whose walk left code and was cut there.
+/// At the root of a user stack whose walk ended outside code (cut after
+/// its outermost code frame).
 pub const NOT_CODE_MARKER: &str = "[walk left code]";
 
 fn lost_marker(which: &str, errno: i32) -> String {
