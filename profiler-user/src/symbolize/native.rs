@@ -14,7 +14,11 @@
 //! address is never named, and [`NativeSymbolizer::is_code`] lets the
 //! stack be cut there.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use blazesym::{
     Pid,
@@ -34,9 +38,38 @@ type ProcessKey = (u32, u64);
 pub struct NativeSymbolizer {
     symbolizer: Symbolizer,
     names: HashMap<ProcessKey, HashMap<u64, Arc<str>>>,
-    /// Each process's executable mappings (`None`: unreadable, e.g. it
-    /// exited; then no address is judged).
-    maps: HashMap<ProcessKey, Option<ProcMaps>>,
+    /// Each process's executable mappings, as last read.
+    maps: HashMap<ProcessKey, KnownMaps>,
+}
+
+/// Reads of a process's mappings, at most one per this (garbage addresses
+/// outside code come at every drain, and a JVM's maps are long).
+const MAPS_REREAD: Duration = Duration::from_secs(5);
+
+/// A process's executable mappings and the addresses found outside them.
+struct KnownMaps {
+    /// `None`: unreadable (it exited, say); then no address is judged.
+    maps: Option<ProcMaps>,
+    read_at: Instant,
+    /// Addresses outside every mapping at the last read: not resolved
+    /// again until the mappings are read again.
+    not_code: HashSet<u64>,
+}
+
+impl KnownMaps {
+    fn read(pid: u32) -> Self {
+        Self {
+            maps: ProcMaps::read(pid).ok(),
+            read_at: Instant::now(),
+            not_code: HashSet::new(),
+        }
+    }
+
+    fn covers(&self, addr: u64) -> bool {
+        self.maps
+            .as_ref()
+            .is_none_or(|maps| maps.find(addr).is_some())
+    }
 }
 
 impl Default for NativeSymbolizer {
@@ -60,11 +93,13 @@ impl NativeSymbolizer {
 
     /// Resolves the addresses of `process` not seen before.
     pub fn resolve(&mut self, process: &ProcessInfo, addrs: &[u64]) {
-        let cache = self.names.entry(Self::key(process)).or_default();
+        let key = Self::key(process);
+        let cache = self.names.entry(key).or_default();
+        let not_code = self.maps.get(&key).map(|known| &known.not_code);
         let mut todo: Vec<u64> = addrs
             .iter()
             .copied()
-            .filter(|a| !cache.contains_key(a))
+            .filter(|a| !cache.contains_key(a) && !not_code.is_some_and(|n| n.contains(a)))
             .collect();
         todo.sort_unstable();
         todo.dedup();
@@ -72,15 +107,23 @@ impl NativeSymbolizer {
             return;
         }
         // Code only: read the mappings again if an address is outside the
-        // ones known (a library loaded since), then leave out what is not.
-        let key = Self::key(process);
-        let known = self.maps.get(&key).and_then(Option::as_ref);
-        if known.is_none_or(|maps| todo.iter().any(|&addr| maps.find(addr).is_none())) {
-            self.maps.insert(key, ProcMaps::read(process.pid).ok());
+        // ones known (a library loaded since; at most every MAPS_REREAD),
+        // then leave out, and remember, what is not code.
+        let stale = match self.maps.get(&key) {
+            None => true,
+            Some(known) => {
+                known.read_at.elapsed() >= MAPS_REREAD
+                    && todo.iter().any(|&addr| !known.covers(addr))
+            }
+        };
+        if stale {
+            self.maps.insert(key, KnownMaps::read(process.pid));
         }
-        if let Some(Some(maps)) = self.maps.get(&key) {
-            todo.retain(|&addr| maps.find(addr).is_some());
-        }
+        let known = self.maps.get_mut(&key).expect("just read");
+        let (code, outside): (Vec<u64>, Vec<u64>) =
+            todo.into_iter().partition(|&addr| known.covers(addr));
+        known.not_code.extend(outside);
+        let todo = code;
         if todo.is_empty() {
             return;
         }
@@ -98,7 +141,7 @@ impl NativeSymbolizer {
                 vec![None; todo.len()]
             }
         };
-        let maps = self.maps.get(&key).and_then(Option::as_ref);
+        let maps = self.maps.get(&key).and_then(|known| known.maps.as_ref());
         for (addr, name) in todo.into_iter().zip(results) {
             let name = name.unwrap_or_else(|| match maps {
                 Some(maps) => maps.describe(addr).into(),
@@ -111,10 +154,9 @@ impl NativeSymbolizer {
     /// Whether `addr` is in an executable mapping of `process` (as last
     /// read by [`Self::resolve`]); `true` when its mappings are unknown.
     pub fn is_code(&self, process: &ProcessInfo, addr: u64) -> bool {
-        match self.maps.get(&Self::key(process)) {
-            Some(Some(maps)) => maps.find(addr).is_some(),
-            _ => true,
-        }
+        self.maps
+            .get(&Self::key(process))
+            .is_none_or(|known| known.covers(addr))
     }
 
     /// The name of a resolved address.
