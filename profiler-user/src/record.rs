@@ -307,11 +307,11 @@ async fn final_flush(
     header: &Header,
     retry_for: Duration,
     signals: &mut StopSignals,
-) -> Result<usize, RecordError> {
+) -> Result<(), RecordError> {
     let deadline = Instant::now() + retry_for;
     loop {
         let err = match writer.flush(header) {
-            Ok(files) => return Ok(files),
+            Ok(_) => return Ok(()),
             Err(err) => err,
         };
         if Instant::now() >= deadline {

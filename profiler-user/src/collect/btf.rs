@@ -13,7 +13,7 @@
 //! record so the next one can be found. aya parses the same file to load
 //! the programs, but keeps member offsets to itself.
 
-use std::{collections::HashMap, fs, path::Path};
+use std::{collections::HashMap, fs};
 
 use thiserror::Error;
 
@@ -56,6 +56,14 @@ pub enum BtfError {
     NoMember { strukt: String, member: String },
 }
 
+/// The bytes of the running kernel's BTF.
+pub fn read_vmlinux() -> Result<Vec<u8>, BtfError> {
+    fs::read(VMLINUX).map_err(|source| BtfError::Read {
+        path: VMLINUX.to_owned(),
+        source,
+    })
+}
+
 /// One member of a struct or union.
 #[derive(Debug, Clone)]
 struct Member {
@@ -88,17 +96,10 @@ pub struct KernelTypes {
 }
 
 impl KernelTypes {
-    /// Reads the running kernel's BTF, as `record` does.
+    /// Reads the running kernel's BTF (for `doctor`; `record` parses the
+    /// bytes it read once for aya too, with [`read_vmlinux`]).
     pub fn read() -> Result<Self, BtfError> {
-        Self::read_file(Path::new(VMLINUX))
-    }
-
-    pub fn read_file(path: &Path) -> Result<Self, BtfError> {
-        let data = fs::read(path).map_err(|source| BtfError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&data)
+        Self::parse(&read_vmlinux()?)
     }
 
     /// Parses a little-endian BTF blob.

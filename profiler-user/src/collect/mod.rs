@@ -20,7 +20,7 @@ use std::{
 };
 
 use aya::{
-    Btf, Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader, Endianness,
     maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
     programs::{
         PerfEvent,
@@ -207,9 +207,16 @@ impl Collector {
         let filter: u8 = u8::from(!config.target_pids.is_empty());
         // Every tracepoint program is BTF-typed: attached by the kernel's
         // BTF, with no tracefs mounted or needed.
-        let btf = Btf::from_sys_fs()
-            .map_err(|err| format!("the kernel's BTF ({}) is unreadable: {err}", btf::VMLINUX));
-        let pid_offset = btf::KernelTypes::read()
+        // The 5 MB file is read once: aya loads the programs by it, and
+        // the BTF reader finds the one struct offset they need.
+        let vmlinux = btf::read_vmlinux();
+        let btf = match &vmlinux {
+            Ok(bytes) => Btf::parse(bytes, Endianness::default())
+                .map_err(|err| format!("the kernel's BTF ({}) is unreadable: {err}", btf::VMLINUX)),
+            Err(err) => Err(err.to_string()),
+        };
+        let pid_offset = vmlinux
+            .and_then(|bytes| btf::KernelTypes::parse(&bytes))
             .and_then(|types| types.member_offset("task_struct", "pid"))
             .unwrap_or_else(|err| {
                 warn!("{err}: renames of a thread by another one will be lost");

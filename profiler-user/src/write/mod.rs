@@ -406,15 +406,6 @@ impl Writer {
             .expect("an unused path exists")
     }
 
-    /// Total on-CPU samples held (off-CPU files count microseconds).
-    pub fn samples(&self) -> u64 {
-        self.files
-            .iter()
-            .filter(|((kind, _), _)| *kind == ProfileKind::Cpu)
-            .map(|(_, f)| f.entry.samples)
-            .sum()
-    }
-
     /// Writes every file changed since the last flush (folded + SVG), then,
     /// if all of them were written, `index.json`. Nothing is forgotten on
     /// error: the aggregates stay in memory and the next flush tries again.
