@@ -318,7 +318,8 @@ pub mod stat {
 pub mod names {
     /// The perf_event program that takes on-CPU samples.
     pub const PROGRAM_ON_CPU: &str = "sample_on_cpu";
-    /// `Array<u32>` of one element: which buffer (0 or 1) the sampler writes.
+    /// `Array<u32>` of one element: which buffer (0 or 1) the sampler writes,
+    /// or [`crate::BUFFER_STOPPED`].
     pub const ACTIVE_BUFFER: &str = "ACTIVE_BUFFER";
     /// Count maps, one per buffer.
     pub const COUNTS: [&str; 2] = ["COUNTS_0", "COUNTS_1"];
@@ -440,6 +441,11 @@ pub const DEFAULT_COUNT_MAP_ENTRIES: u32 = 65_536;
 pub const DEFAULT_STACK_MAP_ENTRIES: u32 = 16_384;
 /// Maximum number of processes in the `--pid` filter.
 pub const MAX_TARGET_TGIDS: u32 = 4_096;
+/// The value of `ACTIVE_BUFFER` that stops all counting. A recording ends by
+/// storing it, then drains both buffers and writes its files; the programs
+/// are detached only after that, because each detach waits for an RCU
+/// grace period that can take long on a host with thousands of threads.
+pub const BUFFER_STOPPED: u32 = 2;
 /// Depth the stack maps are compiled with (the kernel's default
 /// `perf_event_max_stack`); userspace rewrites it before loading.
 pub const COMPILED_STACK_DEPTH: u32 = 127;

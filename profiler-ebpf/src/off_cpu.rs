@@ -236,10 +236,11 @@ fn switched_in(ctx: &BtfTracePointContext) {
         state: slot.state,
         comm: slot.comm,
     };
-    let counts = if active_buffer() == 0 {
-        &OFFCPU_COUNTS_0
-    } else {
-        &OFFCPU_COUNTS_1
+    let counts = match active_buffer() {
+        0 => &OFFCPU_COUNTS_0,
+        1 => &OFFCPU_COUNTS_1,
+        // The recording has ended.
+        _ => return,
     };
     // The key holds the tid and a thread is switched in on one CPU at a
     // time: a plain add is exact.

@@ -13,8 +13,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    COMM_LEN, DEFAULT_COUNT_MAP_ENTRIES, DEFAULT_STACK_MAP_ENTRIES, MAX_TARGET_TGIDS, SampleKey,
-    stack_error, stat,
+    BUFFER_STOPPED, COMM_LEN, DEFAULT_COUNT_MAP_ENTRIES, DEFAULT_STACK_MAP_ENTRIES,
+    MAX_TARGET_TGIDS, SampleKey, stack_error, stat,
 };
 
 use crate::{
@@ -46,6 +46,11 @@ static STACKS_1: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENT
 
 #[perf_event]
 pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
+    let buffer = active_buffer();
+    if buffer == BUFFER_STOPPED {
+        // The recording has ended: nothing counts, not even as a sample.
+        return 0;
+    }
     count_stat(stat::SAMPLES);
     let tgid = ctx.tgid();
     if tgid == 0 {
@@ -56,7 +61,6 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         count_stat(stat::FILTERED);
         return 0;
     }
-    let buffer = active_buffer();
     let (counts, stacks) = if buffer == 0 {
         (&COUNTS_0, &STACKS_0)
     } else {
@@ -88,7 +92,8 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     0
 }
 
-/// Which buffer (0 or 1) every program writes its counts to now.
+/// Which buffer (0 or 1) every program writes its counts to now, or
+/// `BUFFER_STOPPED`.
 #[inline(always)]
 pub fn active_buffer() -> u32 {
     ACTIVE_BUFFER.get(0).copied().unwrap_or(0)

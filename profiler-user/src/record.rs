@@ -243,7 +243,7 @@ impl Pipeline {
     fn finish(&mut self) {
         self.symbolizer.finishing();
         match self.collector.finish() {
-            Ok(drains) => drains.into_iter().for_each(|drain| self.process(drain)),
+            Ok(drain) => self.process(drain),
             Err(err) => {
                 warn!("stopping the sampler failed ({err}); draining what is there");
                 self.step();
@@ -487,21 +487,31 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     }
     pipeline.finish();
     let stats = pipeline.collector.stats();
-    // Free the kernel maps before a possibly long wait for disk space.
-    drop(pipeline.collector);
-    final_flush(
-        &mut pipeline.writer,
-        &header(
-            stats,
-            pipeline.symbolizer.jit_stats(),
-            pipeline.enricher.thread_stats(),
-        ),
+    let Pipeline {
+        collector,
+        mut writer,
+        symbolizer,
+        enricher,
+        ..
+    } = pipeline;
+    // Counting has stopped. Detaching the programs waits for an RCU grace
+    // period per link (seconds on a host with thousands of threads): it
+    // happens beside the final write, which must not wait for it, and it
+    // frees the kernel maps before a possibly long wait for disk space.
+    // (If no thread can be started, the collector is dropped right here.)
+    let detach = std::thread::Builder::new()
+        .name("detach".into())
+        .spawn(move || drop(collector))
+        .ok();
+    let written = final_flush(
+        &mut writer,
+        &header(stats, symbolizer.jit_stats(), enricher.thread_stats()),
         options.write_retry,
         &mut signals,
     )
     .await
     .inspect_err(|_| {
-        let removed = pipeline.writer.discard_unindexed();
+        let removed = writer.discard_unindexed();
         if removed > 0 {
             error!(
                 "removed the {removed} files of this recording that no index.json lists, \
@@ -509,10 +519,14 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                 options.output.display()
             );
         }
-    })?;
+    });
+    if detach.is_some_and(|thread| thread.join().is_err()) {
+        warn!("detaching the programs panicked; the kernel detaches them when sparkprof exits");
+    }
+    written?;
     drop(output);
     // What index.json lists, so the closing line agrees with it.
-    let (files, samples) = pipeline.writer.index_totals();
+    let (files, samples) = writer.index_totals();
     Ok(Summary {
         output: options.output,
         files,

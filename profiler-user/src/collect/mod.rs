@@ -29,7 +29,7 @@ use aya::{
     util::online_cpus,
 };
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
-use profiler_common::{PythonOffsets, SampleKey, names, stack_error, stat};
+use profiler_common::{BUFFER_STOPPED, PythonOffsets, SampleKey, names, stack_error, stat};
 use python::PythonMaps;
 pub use python::RawPythonStack;
 use thiserror::Error;
@@ -184,9 +184,8 @@ pub struct KernelStats {
 
 /// The loaded, attached sampler.
 pub struct Collector {
-    // Owns the programs and their perf-event links.
+    // Owns the programs and their links.
     ebpf: Ebpf,
-    links: Vec<aya::programs::perf_event::PerfEventLinkId>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     active: u32,
     buffer_started: SystemTime,
@@ -327,9 +326,10 @@ impl Collector {
         // busy CPU from the first sample (frequency mode converges slowly).
         let period_ns = (1_000_000_000 / config.frequency_hz.max(1)).max(1);
         let cpus = online_cpus().map_err(|(what, err)| CollectError::OnlineCpus(what, err))?;
-        let mut links = Vec::with_capacity(cpus.len());
         for cpu in cpus {
-            let link = program
+            // The program keeps its links: they are detached when the
+            // collector is dropped (see `finish`).
+            program
                 .attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
                     PerfEventScope::AllProcessesOneCpu { cpu },
@@ -352,7 +352,6 @@ impl Collector {
                     }
                     _ => program_error(source),
                 })?;
-            links.push(link);
         }
         debug!(
             period_ns,
@@ -362,7 +361,6 @@ impl Collector {
 
         Ok(Self {
             ebpf,
-            links,
             logger,
             active: 0,
             buffer_started: SystemTime::now(),
@@ -429,15 +427,27 @@ impl Collector {
         }
         let idle = self.active as usize;
         let next = 1 - self.active;
+        self.set_active_buffer(next)?;
+        self.active = next;
+        self.take(idle)
+    }
+
+    /// Points the programs at another buffer (or stops them), and waits
+    /// until none still writes to the old one.
+    fn set_active_buffer(&mut self, value: u32) -> Result<(), CollectError> {
         self.active_buffer
-            .set(0, &next, 0)
+            .set(0, &value, 0)
             .map_err(|source| CollectError::Map {
                 name: names::ACTIVE_BUFFER,
                 source,
             })?;
-        self.active = next;
-        let start = std::mem::replace(&mut self.buffer_started, SystemTime::now());
         thread::sleep(FLIP_SETTLE);
+        Ok(())
+    }
+
+    /// Reads and clears a buffer no program writes to any more.
+    fn take(&mut self, idle: usize) -> Result<Drain, CollectError> {
+        let start = std::mem::replace(&mut self.buffer_started, SystemTime::now());
         let end = SystemTime::now();
         // After the flip: every epoch in the idle buffer is announced by now.
         let renames = self.renames.read();
@@ -496,23 +506,16 @@ impl Collector {
         })
     }
 
-    /// Stops sampling (detaches from every CPU), then drains both buffers:
+    /// Stops counting, then drains the buffer that was being written:
     /// after this, every sample the kernel counted has been handed over.
-    pub fn finish(&mut self) -> Result<Vec<Drain>, CollectError> {
-        let program_error = |source| CollectError::Program {
-            name: names::PROGRAM_ON_CPU,
-            source,
-        };
-        let program: &mut PerfEvent = self
-            .ebpf
-            .program_mut(names::PROGRAM_ON_CPU)
-            .ok_or(CollectError::MissingProgram(names::PROGRAM_ON_CPU))?
-            .try_into()
-            .map_err(program_error)?;
-        for link in self.links.drain(..) {
-            program.detach(link).map_err(program_error)?;
-        }
-        Ok(vec![self.drain()?, self.drain()?])
+    ///
+    /// The programs stay attached (they return at once) until the
+    /// collector is dropped: each detach waits for an RCU grace period,
+    /// which on a host with thousands of threads can take seconds, so a
+    /// recording drops its collector only after its files are written.
+    pub fn finish(&mut self) -> Result<Drain, CollectError> {
+        self.set_active_buffer(BUFFER_STOPPED)?;
+        self.take(self.active as usize)
     }
 
     fn stack(&self, buffer: usize, id: i32, cache: &mut StdHashMap<i32, RawStack>) -> RawStack {
