@@ -499,6 +499,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     // happens beside the final write, which must not wait for it, and it
     // frees the kernel maps before a possibly long wait for disk space.
     // (If no thread can be started, the collector is dropped right here.)
+    writer.settle();
     let detach = std::thread::Builder::new()
         .name("detach".into())
         .spawn(move || drop(collector))

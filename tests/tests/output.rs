@@ -347,3 +347,115 @@ fn the_closing_line_agrees_with_the_index_after_periodic_flushes() {
     recording.assert_ok();
     assert!(recording.samples_of(pid) > 50, "{}", recording.log);
 }
+
+/// Hundreds of processes that live a blink: one file per program, every
+/// sample kept, and the processes that stay keep files of their own.
+#[test]
+fn process_churn_writes_a_file_per_program() {
+    require_root();
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let stayer = Workload::start(&chain, &["4", "1"]);
+    let recorder = Recorder::start(&["--duration", "6"]);
+    let started = std::time::Instant::now();
+    let mut pids = Vec::new();
+    let mut rounds = 0;
+    // `true` as fast as it goes, a 20 ms spinner of the chain workload, and
+    // `python3 -c pass`, for as long as the recording lasts.
+    while started.elapsed() < Duration::from_secs(6) {
+        for _ in 0..8 {
+            let child = Command::new("/bin/true").spawn().unwrap();
+            pids.push(child.id());
+            wait(child);
+        }
+        let spinner = Command::new(&chain)
+            .args(["0.02", "1"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        pids.push(spinner.id());
+        wait(spinner);
+        rounds += 1;
+        if rounds % 5 == 0 {
+            let python = Command::new("python3")
+                .args(["-c", "pass"])
+                .spawn()
+                .unwrap();
+            pids.push(python.id());
+            wait(python);
+        }
+    }
+    let stayer_pid = stayer.pid();
+    stayer.wait_cpu_seconds();
+    let recording = recorder.wait();
+    recording.assert_ok();
+    eprintln!("{} processes started", pids.len());
+    assert!(pids.len() > 500, "{} processes started", pids.len());
+
+    let files = recording.files();
+    let short: Vec<&serde_json::Value> = files
+        .iter()
+        .copied()
+        .filter(|f| f["path"].as_str().unwrap().starts_with("short-lived/"))
+        .collect();
+    // The spinners are under `chain`, or `[exited] chainworker` when they
+    // were gone before sparkprof read them and only their worker thread
+    // was sampled.
+    let summed: u64 = short
+        .iter()
+        .map(|f| {
+            assert!(f["pid"].is_null(), "{f}");
+            f["processes"].as_u64().unwrap()
+        })
+        .sum();
+    assert!(
+        summed > 100,
+        "the short-lived files sum {summed} processes: {files:#?}"
+    );
+    assert!(
+        short
+            .iter()
+            .any(|f| f["path"] == "short-lived/chain.cpu.folded"),
+        "{files:#?}"
+    );
+    for entry in &short {
+        for stack in recording.stacks(entry) {
+            assert!(
+                stack.frames[0].ends_with(" [short-lived]"),
+                "{:?}",
+                stack.frames
+            );
+        }
+    }
+    // None of the blinks has a file of its own; the process that stayed has.
+    for entry in &files {
+        if let Some(pid) = entry["pid"].as_u64() {
+            assert!(
+                !pids.contains(&(pid as u32)),
+                "a process that lived a blink has its own file: {entry}"
+            );
+        }
+    }
+    assert!(recording.samples_of(stayer_pid) > 200, "{}", recording.log);
+    assert!(
+        files.len() < 60,
+        "{} files for {} processes",
+        files.len(),
+        pids.len()
+    );
+    // Every sample the kernel counted is in a file.
+    let stats = &recording.index["stats"];
+    let counted = stats["samples"].as_u64().unwrap()
+        - stats["idle"].as_u64().unwrap()
+        - stats["filtered"].as_u64().unwrap();
+    let written: u64 = files
+        .iter()
+        .filter(|f| f["kind"] == "cpu")
+        .map(|f| f["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written, counted, "samples written and counted");
+}
+
+fn wait(mut child: std::process::Child) {
+    assert!(child.wait().unwrap().success());
+}

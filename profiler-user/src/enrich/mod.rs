@@ -52,6 +52,20 @@ pub struct ProcessInfo {
 }
 
 impl ProcessInfo {
+    /// When it started, from its start ticks; `None` when they are unknown
+    /// (it was gone before it could be read).
+    pub fn started(&self) -> Option<std::time::SystemTime> {
+        if self.start_ticks == 0 {
+            return None;
+        }
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+            .ok()
+            .filter(|&hz| hz > 0)?;
+        let since_boot =
+            std::time::Duration::from_nanos(self.start_ticks.saturating_mul(1_000_000_000 / hz));
+        boot_time().map(|boot| boot + since_boot)
+    }
+
     /// A JVM or a Python interpreter: the processes whose off-CPU time is
     /// recorded by default.
     pub fn is_jvm_or_python(&self) -> bool {
@@ -419,6 +433,30 @@ fn read_process(pid: u32) -> Option<ProcessInfo> {
         kernel_thread,
         runtime,
         spark,
+    })
+}
+
+/// The wall-clock time of boot, to the nanosecond: now, less the time since
+/// boot on the clock that `/proc/PID/stat`'s start times count on
+/// (`CLOCK_BOOTTIME`). Read once: both clocks advance alike (a later step of
+/// the wall clock is not followed, which is right for ordering within one
+/// recording).
+fn boot_time() -> Option<std::time::SystemTime> {
+    static BOOT: std::sync::OnceLock<Option<std::time::SystemTime>> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let mut since_boot = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock id and a pointer to a timespec we own.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut since_boot) } != 0 {
+            return None;
+        }
+        let since_boot = std::time::Duration::new(
+            u64::try_from(since_boot.tv_sec).ok()?,
+            u32::try_from(since_boot.tv_nsec).ok()?,
+        );
+        std::time::SystemTime::now().checked_sub(since_boot)
     })
 }
 

@@ -83,6 +83,9 @@ pub struct SymbolizedDrain {
     pub start: std::time::SystemTime,
     pub end: std::time::SystemTime,
     pub samples: Vec<SymbolizedSample>,
+    /// Processes that exited since the last drain (see
+    /// [`EnrichedDrain::exited`]).
+    pub exited: Vec<Arc<ProcessInfo>>,
 }
 
 /// The symbolize stage and its caches.
@@ -245,6 +248,7 @@ impl Symbolizer {
             start: drain.start,
             end: drain.end,
             samples,
+            exited: drain.exited,
         }
     }
 

@@ -16,7 +16,7 @@
 //!     { "path": "processes/java-4242.cpu.folded", "svg": "processes/java-4242.cpu.svg",
 //!       "kind": "cpu", "samples": 900, "start": "...", "end": "...",
 //!       "pid": 4242, "process": "java", "role": "other",
-//!       "app_id": null, "executor_id": null, "stage_id": null }
+//!       "app_id": null, "executor_id": null, "stage_id": null, "processes": null }
 //!   ]
 //! }
 //! ```
@@ -53,6 +53,8 @@ pub struct GroupMeta {
     pub app_id: Option<String>,
     pub executor_id: Option<String>,
     pub stage_id: Option<u64>,
+    /// A `short-lived/` file: it counts the processes it sums.
+    pub short_lived: bool,
 }
 
 /// One folded file.
@@ -73,6 +75,9 @@ pub struct FileEntry {
     pub app_id: Option<String>,
     pub executor_id: Option<String>,
     pub stage_id: Option<u64>,
+    /// In a `short-lived/` file: how many processes it sums (`null` in
+    /// every other file, which holds one process or one group of threads).
+    pub processes: Option<u64>,
     #[serde(skip)]
     start_time: Option<SystemTime>,
     #[serde(skip)]
@@ -101,6 +106,7 @@ impl FileEntry {
             app_id: meta.app_id.clone(),
             executor_id: meta.executor_id.clone(),
             stage_id: meta.stage_id,
+            processes: meta.short_lived.then_some(0),
             start_time: Some(start),
             end_time: Some(end),
         }
@@ -115,10 +121,31 @@ impl FileEntry {
         self.end = timestamp(end);
     }
 
+    /// When its first samples were counted.
+    pub(super) fn start_time(&self) -> Option<SystemTime> {
+        self.start_time
+    }
+
+    /// Takes in another file's samples and times, one more process.
+    pub(super) fn absorb(&mut self, other: &FileEntry) {
+        self.samples += other.samples;
+        if let (Some(start), Some(end)) = (other.start_time, other.end_time) {
+            self.extend_time(start, end);
+        }
+        if let Some(processes) = self.processes.as_mut() {
+            *processes += 1;
+        }
+    }
+
     /// Title of the file's flame graph.
     pub fn title(&self) -> String {
         let mut who = match (&self.process, self.pid) {
             (Some(name), Some(pid)) => format!("{name} [{pid}]"),
+            (Some(name), None) if self.processes.is_some() => format!(
+                "{name}, {} processes that lived under {} s",
+                self.processes.unwrap_or(0),
+                super::LONG_LIVED.as_secs()
+            ),
             (Some(name), None) => name.clone(),
             _ => self.path.clone(),
         };

@@ -11,7 +11,8 @@
 //! DIR/spark/<app>/executor-<id>/pyspark-<pid>.cpu.folded  its PySpark daemon and workers
 //! DIR/spark/<app>/executor-driver/...              a local-mode driver runs tasks as executor "driver"
 //! DIR/spark/<app>/driver/driver.cpu.folded         a driver that runs no tasks
-//! DIR/processes/<name>-<pid>.cpu.folded            every other user process
+//! DIR/processes/<name>-<pid>.cpu.folded            every other user process that lived 1 s or more
+//! DIR/short-lived/<name>.cpu.folded                the others, summed per program (comm)
 //! DIR/kernel/kernel-threads.cpu.folded             all kernel threads together
 //! ```
 //! With off-CPU recording, each group with off-CPU time also has a
@@ -20,6 +21,17 @@
 //! time). Each `.folded` file has its flame graph beside it (`.svg`). `<app>` is
 //! the application ID (`unknown-app` when it cannot be found, e.g. a driver
 //! whose executors are not on this host).
+//!
+//! # Short-lived processes
+//! A process outside Spark gets a file of its own once it is seen alive
+//! [`LONG_LIVED`] after it started (in a sample, or at a drain that finds it
+//! still running); until then its samples wait in memory. One that exits
+//! (or that the recording outlives) before that is summed into its
+//! program's `short-lived/` file, under a `<name> [short-lived]` process
+//! frame, and leaves no state behind: a host that starts hundreds of
+//! processes a second gets one file per program, not per process, and every
+//! sample is still counted. index.json says how many processes a
+//! `short-lived/` file sums (`processes`).
 //! # Folded lines
 //! Brendan Gregg's format: frames root first, separated by `;`, a space, the
 //! count. The first frame is the process (`name [pid]`), the second the thread
@@ -37,7 +49,8 @@ use std::{
     collections::HashMap,
     io,
     path::{Path, PathBuf},
-    time::SystemTime,
+    sync::Arc,
+    time::{Duration, SystemTime},
 };
 
 use tracing::debug;
@@ -119,6 +132,8 @@ enum Group {
         pid: u32,
         start_ticks: u64,
     },
+    /// Processes of one program that each lived less than [`LONG_LIVED`].
+    ShortLived { name: String },
 }
 
 /// What the writer is told about how to draw threads.
@@ -135,6 +150,14 @@ pub struct WriteOptions {
 
 /// The leaf frame of on-CPU time in a wall-clock file.
 pub const ON_CPU_FRAME: &str = "[on-cpu]";
+
+/// How long a process must be seen alive for a file of its own.
+pub const LONG_LIVED: Duration = Duration::from_secs(1);
+
+/// The process frame of a `short-lived/` file.
+fn short_lived_frame(name: &str) -> String {
+    format!("{} [short-lived]", folded::sanitize(name))
+}
 
 /// The thread frame of all task samples when tasks are not split.
 const TASK_THREAD_FRAME: &str = "Executor task launch worker";
@@ -197,7 +220,7 @@ impl Group {
     }
 
     /// Path of its file, without the `.<kind>.folded` suffix.
-    fn base_path(&self, sample: &SymbolizedSample) -> PathBuf {
+    fn base_path(&self, process: &ProcessInfo) -> PathBuf {
         let executor_dir = |app: &str, executor: &str| {
             PathBuf::from("spark")
                 .join(app_dir(app))
@@ -206,7 +229,8 @@ impl Group {
         match self {
             Self::KernelThreads => PathBuf::from("kernel/kernel-threads"),
             Self::Process { pid, .. } => PathBuf::from("processes")
-                .join(format!("{}-{pid}", folded::file_stem(&sample.process.name))),
+                .join(format!("{}-{pid}", folded::file_stem(&process.name))),
+            Self::ShortLived { name } => PathBuf::from("short-lived").join(folded::file_stem(name)),
             Self::SparkStage {
                 app,
                 executor,
@@ -232,8 +256,7 @@ impl Group {
     }
 
     /// What the index says about the group.
-    fn meta(&self, sample: &SymbolizedSample) -> index::GroupMeta {
-        let process = &sample.process;
+    fn meta(&self, process: &ProcessInfo) -> index::GroupMeta {
         match self {
             Self::KernelThreads => index::GroupMeta {
                 pid: None,
@@ -242,6 +265,16 @@ impl Group {
                 app_id: None,
                 executor_id: None,
                 stage_id: None,
+                short_lived: false,
+            },
+            Self::ShortLived { name } => index::GroupMeta {
+                pid: None,
+                process: Some(name.clone()),
+                role: process.spark.role.as_str(),
+                app_id: None,
+                executor_id: None,
+                stage_id: None,
+                short_lived: true,
             },
             _ => index::GroupMeta {
                 pid: Some(process.pid),
@@ -253,6 +286,7 @@ impl Group {
                     Self::SparkStage { stage, .. } => Some(u64::from(*stage)),
                     _ => None,
                 },
+                short_lived: false,
             },
         }
     }
@@ -284,6 +318,39 @@ impl OutputFile {
         self.entry.extend_time(start, end);
         self.dirty = true;
     }
+
+    /// Sums a short-lived process's file into its program's, under the
+    /// program's process frame.
+    fn absorb(&mut self, other: OutputFile, root: &str) {
+        for (line, count) in other.stacks {
+            let rest = line.split_once(';').map(|(_, rest)| rest);
+            let line = match rest {
+                Some(rest) => format!("{root};{rest}"),
+                None => root.to_owned(),
+            };
+            *self.stacks.entry(line).or_insert(0) += count;
+        }
+        self.entry.absorb(&other.entry);
+        self.dirty = true;
+    }
+}
+
+/// A process outside Spark not yet seen alive [`LONG_LIVED`] after it
+/// started: its files wait, unwritten.
+#[derive(Debug)]
+struct Pending {
+    process: Arc<ProcessInfo>,
+    started: Option<SystemTime>,
+}
+
+impl Pending {
+    /// Whether being alive at `time` makes it long-lived.
+    fn long_lived_at(&self, time: SystemTime) -> bool {
+        self.started.is_some_and(|started| {
+            time.duration_since(started)
+                .is_ok_and(|age| age >= LONG_LIVED)
+        })
+    }
 }
 
 /// The write stage: folded aggregates per file, flushed on demand.
@@ -292,6 +359,11 @@ pub struct Writer {
     options: WriteOptions,
     files: HashMap<(ProfileKind, Group), OutputFile>,
     used_paths: HashMap<PathBuf, (ProfileKind, Group)>,
+    /// Processes whose files wait until they are known to be long-lived or
+    /// not, by (pid, start ticks).
+    pending: HashMap<(u32, u64), Pending>,
+    /// Processes known to have lived [`LONG_LIVED`]: they keep their files.
+    long_lived: std::collections::HashSet<(u32, u64)>,
     start: Option<SystemTime>,
     end: Option<SystemTime>,
     /// Files this writer put on disk, relative to `dir`.
@@ -310,6 +382,8 @@ impl Writer {
             options,
             files: HashMap::new(),
             used_paths: HashMap::new(),
+            pending: HashMap::new(),
+            long_lived: Default::default(),
             start: None,
             end: None,
             written: Default::default(),
@@ -322,16 +396,91 @@ impl Writer {
         &self.dir
     }
 
-    /// Adds a drain's samples to their files.
+    /// Adds a drain's samples to their files, and settles which processes
+    /// are short-lived.
     pub fn add(&mut self, drain: SymbolizedDrain) {
         self.start = Some(self.start.map_or(drain.start, |s| s.min(drain.start)));
         self.end = Some(self.end.map_or(drain.end, |e| e.max(drain.end)));
         for sample in drain.samples {
-            self.add_sample(&sample, (drain.start, drain.end));
+            let group = self.add_sample(&sample, (drain.start, drain.end));
+            if let Group::Process { pid, start_ticks } = group {
+                self.saw_process(&sample.process, (pid, start_ticks), drain.start);
+            }
+        }
+        // Gone before they were seen alive for long: summed per program.
+        for process in &drain.exited {
+            if let Some(pending) = self.pending.remove(&(process.pid, process.start_ticks)) {
+                self.sum_short_lived(pending);
+            }
+        }
+        // The others were still running when the drain ended.
+        let long_lived: Vec<(u32, u64)> = self
+            .pending
+            .iter()
+            .filter(|(_, pending)| pending.long_lived_at(drain.end))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in long_lived {
+            self.pending.remove(&key);
+            self.long_lived.insert(key);
         }
     }
 
-    fn add_sample(&mut self, sample: &SymbolizedSample, (start, end): (SystemTime, SystemTime)) {
+    /// Settles every process still waiting: the recording ends before it
+    /// has lived [`LONG_LIVED`], so it is summed with its program's
+    /// short-lived processes. Called before the last flush.
+    pub fn settle(&mut self) {
+        for (_, pending) in std::mem::take(&mut self.pending) {
+            self.sum_short_lived(pending);
+        }
+    }
+
+    /// A sample of a process outside Spark, taken after `time`.
+    fn saw_process(&mut self, process: &Arc<ProcessInfo>, key: (u32, u64), time: SystemTime) {
+        if self.long_lived.contains(&key) {
+            return;
+        }
+        let pending = self.pending.entry(key).or_insert_with(|| Pending {
+            process: process.clone(),
+            started: process.started(),
+        });
+        if pending.long_lived_at(time) {
+            self.pending.remove(&key);
+            self.long_lived.insert(key);
+        }
+    }
+
+    /// Moves a short-lived process's files into its program's.
+    fn sum_short_lived(&mut self, pending: Pending) {
+        let process = pending.process;
+        let own = Group::Process {
+            pid: process.pid,
+            start_ticks: process.start_ticks,
+        };
+        let program = Group::ShortLived {
+            name: process.name.clone(),
+        };
+        let root = short_lived_frame(&process.name);
+        for kind in [ProfileKind::Cpu, ProfileKind::Offcpu, ProfileKind::Wall] {
+            let Some(file) = self.files.remove(&(kind, own.clone())) else {
+                continue;
+            };
+            self.used_paths.remove(&file.rel_path);
+            let start = file
+                .entry
+                .start_time()
+                .or(self.start)
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            self.file(kind, &program, &process, start)
+                .absorb(file, &root);
+        }
+    }
+
+    fn add_sample(
+        &mut self,
+        sample: &SymbolizedSample,
+        (start, end): (SystemTime, SystemTime),
+    ) -> Group {
         let group = Group::of(sample);
         let thread = match (&group, &sample.task) {
             (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => task.task_label(),
@@ -347,11 +496,12 @@ impl Writer {
                 ),
                 SampleKind::OffCpu(_) => (line.clone(), sample.count),
             };
-            self.file(ProfileKind::Wall, &group, sample, start)
+            self.file(ProfileKind::Wall, &group, &sample.process, start)
                 .add(wall_line, micros, start, end);
         }
-        self.file(ProfileKind::of(sample.kind), &group, sample, start)
+        self.file(ProfileKind::of(sample.kind), &group, &sample.process, start)
             .add(line, sample.count, start, end);
+        group
     }
 
     /// The file of `kind` for `group`, created on its first sample.
@@ -359,13 +509,13 @@ impl Writer {
         &mut self,
         kind: ProfileKind,
         group: &Group,
-        sample: &SymbolizedSample,
+        process: &ProcessInfo,
         start: SystemTime,
     ) -> &mut OutputFile {
         let key = (kind, group.clone());
         if !self.files.contains_key(&key) {
-            let rel_path = self.unique_path(kind, group, sample);
-            let entry = index::FileEntry::new(&rel_path, kind, &group.meta(sample), start, start);
+            let rel_path = self.unique_path(kind, group, process);
+            let entry = index::FileEntry::new(&rel_path, kind, &group.meta(process), start, start);
             self.used_paths.insert(rel_path.clone(), key.clone());
             self.files.insert(
                 key.clone(),
@@ -390,8 +540,17 @@ impl Writer {
                 .contains_key(&(ProfileKind::Offcpu, group.clone()))
     }
 
-    fn unique_path(&self, kind: ProfileKind, group: &Group, sample: &SymbolizedSample) -> PathBuf {
-        let base = group.base_path(sample);
+    /// Whether a group's files wait until its process is known to be
+    /// long-lived or not.
+    fn waits(&self, group: &Group) -> bool {
+        match group {
+            Group::Process { pid, start_ticks } => self.pending.contains_key(&(*pid, *start_ticks)),
+            _ => false,
+        }
+    }
+
+    fn unique_path(&self, kind: ProfileKind, group: &Group, process: &ProcessInfo) -> PathBuf {
+        let base = group.base_path(process);
         // A reused PID with the same name gets its own file.
         (1..)
             .map(|n| {
@@ -415,7 +574,7 @@ impl Writer {
         let hidden: Vec<(ProfileKind, Group)> = self
             .files
             .keys()
-            .filter(|key| !self.shown(key))
+            .filter(|key| !self.shown(key) || self.waits(&key.1))
             .cloned()
             .collect();
         for (key, file) in &mut self.files {
@@ -586,6 +745,7 @@ mod tests {
                 // No off-CPU time in this process: no wall-clock file.
                 sample(20, SampleKind::OnCpu, "spin", 2),
             ],
+            exited: Vec::new(),
         });
         writer.flush(&header()).unwrap();
 
@@ -625,6 +785,170 @@ mod tests {
         assert_eq!(
             files[2]["kind"], "wall",
             "the wall-clock file's kind in index.json"
+        );
+    }
+
+    /// A process of `name` started at `started` (as the start ticks of
+    /// /proc would say), or gone before it was read (`None`).
+    fn process(pid: u32, name: &str, started: Option<SystemTime>) -> Arc<ProcessInfo> {
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let start_ticks = started.map_or(0, |started| {
+            let boot = SystemTime::now()
+                - Duration::from_secs_f64(
+                    std::fs::read_to_string("/proc/uptime")
+                        .unwrap()
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                );
+            let ticks = started.duration_since(boot).unwrap().as_secs_f64() * hz as f64;
+            ticks.round() as u64
+        });
+        Arc::new(ProcessInfo {
+            pid,
+            start_ticks,
+            name: name.into(),
+            kernel_thread: false,
+            runtime: Runtime::Native,
+            spark: SparkProcess::other(),
+        })
+    }
+
+    fn on_cpu(process: &Arc<ProcessInfo>, leaf: &str, count: u64) -> SymbolizedSample {
+        SymbolizedSample {
+            process: process.clone(),
+            tid: process.pid,
+            thread_name: process.name.clone(),
+            task: None,
+            kind: SampleKind::OnCpu,
+            frames: vec![Frame {
+                name: leaf.into(),
+                kind: FrameKind::User,
+            }],
+            count,
+        }
+    }
+
+    fn index_files(dir: &Path) -> Vec<serde_json::Value> {
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+        index["files"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn short_lived_processes_are_summed_per_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Writer::new(dir.path(), WriteOptions::default());
+        let now = SystemTime::now();
+        let drain_start = now - Duration::from_secs(1);
+        // Three runs of `true` that lived a blink (one gone before it was
+        // read), and a daemon that started a minute ago.
+        let blinks = [
+            process(101, "true", Some(drain_start + Duration::from_millis(100))),
+            process(102, "true", Some(drain_start + Duration::from_millis(300))),
+            process(103, "true", None),
+        ];
+        let daemon = process(200, "daemon", Some(now - Duration::from_secs(60)));
+        let mut samples: Vec<SymbolizedSample> =
+            blinks.iter().map(|p| on_cpu(p, "main", 2)).collect();
+        samples.push(on_cpu(&daemon, "serve", 5));
+        writer.add(SymbolizedDrain {
+            start: drain_start,
+            end: now,
+            samples,
+            exited: blinks.to_vec(),
+        });
+        writer.flush(&header()).unwrap();
+
+        let files = index_files(dir.path());
+        let summary: Vec<(&str, u64, Option<u64>, Option<u64>)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap(),
+                    f["samples"].as_u64().unwrap(),
+                    f["pid"].as_u64(),
+                    f["processes"].as_u64(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("processes/daemon-200.cpu.folded", 5, Some(200), None),
+                ("short-lived/true.cpu.folded", 6, None, Some(3)),
+            ]
+        );
+        let folded =
+            std::fs::read_to_string(dir.path().join("short-lived/true.cpu.folded")).unwrap();
+        assert_eq!(folded, "true [short-lived];true;main 6\n");
+        assert!(dir.path().join("short-lived/true.cpu.svg").exists());
+    }
+
+    #[test]
+    fn a_young_process_waits_until_it_is_known_to_live_long() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Writer::new(dir.path(), WriteOptions::default());
+        let start = SystemTime::now() - Duration::from_secs(3);
+        let young = process(300, "server", Some(start + Duration::from_millis(500)));
+        let soon_gone = process(301, "server", Some(start + Duration::from_millis(200)));
+        writer.add(SymbolizedDrain {
+            start,
+            end: start + Duration::from_secs(1),
+            samples: vec![on_cpu(&young, "boot", 1), on_cpu(&soon_gone, "boot", 1)],
+            exited: Vec::new(),
+        });
+        // Neither is known to be long-lived yet: neither is written.
+        writer.flush(&header()).unwrap();
+        assert!(index_files(dir.path()).is_empty());
+
+        // One is still there 1.5 s after it started; the other is gone.
+        writer.add(SymbolizedDrain {
+            start: start + Duration::from_secs(1),
+            end: start + Duration::from_secs(2),
+            samples: vec![on_cpu(&young, "serve", 3)],
+            exited: vec![soon_gone.clone()],
+        });
+        writer.flush(&header()).unwrap();
+        let paths: Vec<String> = index_files(dir.path())
+            .iter()
+            .map(|f| f["path"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "processes/server-300.cpu.folded",
+                "short-lived/server.cpu.folded"
+            ]
+        );
+        // Its early samples went with it.
+        let own =
+            std::fs::read_to_string(dir.path().join("processes/server-300.cpu.folded")).unwrap();
+        assert_eq!(
+            own,
+            "server [300];server;boot 1\nserver [300];server;serve 3\n"
+        );
+
+        // A process the recording outlives before it is a second old is
+        // settled as short-lived at the end.
+        let last = process(302, "server", Some(start + Duration::from_millis(2_800)));
+        writer.add(SymbolizedDrain {
+            start: start + Duration::from_secs(2),
+            end: start + Duration::from_secs(3),
+            samples: vec![on_cpu(&last, "boot", 1)],
+            exited: Vec::new(),
+        });
+        writer.settle();
+        writer.flush(&header()).unwrap();
+        let short = index_files(dir.path())
+            .into_iter()
+            .find(|f| f["path"] == "short-lived/server.cpu.folded")
+            .unwrap();
+        assert_eq!(
+            (short["samples"].as_u64(), short["processes"].as_u64()),
+            (Some(2), Some(2))
         );
     }
 }
