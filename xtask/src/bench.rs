@@ -28,9 +28,12 @@
 //! 7. Python frames (see [`python`]): a CPython workload's slowdown under
 //!    sparkprof and under py-spy at 99 Hz, interleaved; the in-kernel ns per
 //!    sample of sparkprof on Python against a native workload.
+//! 8. Many threads (see [`threads`]): start, stop and a busy loop's slowdown
+//!    of `record --off-cpu` beside a JVM and a CPython process with few and
+//!    with thousands of threads.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
-//! `cost`, `jit`, `spark`, `offcpu`, `python`). Everything the profilers write goes to a scratch
+//! `cost`, `jit`, `spark`, `offcpu`, `python`, `threads`). Everything the profilers write goes to a scratch
 //! directory that is removed afterwards; the results are printed and each
 //! section is written into its own marked block of BENCHMARKS.md (see
 //! [`write_sections`]), so a partial run keeps the other sections' latest
@@ -54,13 +57,15 @@ mod jit;
 mod off_cpu;
 mod python;
 mod spark;
+mod threads;
 
 const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]]
   N: interleaved pairs per profiler (default 5), and Spark job pairs (default 3)
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
            offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
-           python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python sample);
+           python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python sample),
+           threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs);
            default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
@@ -108,10 +113,11 @@ enum Section {
     Spark,
     OffCpu,
     Python,
+    Threads,
 }
 
 impl Section {
-    const ALL: [Section; 7] = [
+    const ALL: [Section; 8] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
@@ -119,6 +125,7 @@ impl Section {
         Section::Spark,
         Section::OffCpu,
         Section::Python,
+        Section::Threads,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -131,6 +138,7 @@ impl Section {
             Section::Spark => "spark",
             Section::OffCpu => "offcpu",
             Section::Python => "python",
+            Section::Threads => "threads",
         }
     }
 
@@ -146,7 +154,7 @@ impl Section {
     fn uses_peers(self) -> bool {
         !matches!(
             self,
-            Section::Jit | Section::Spark | Section::OffCpu | Section::Python
+            Section::Jit | Section::Spark | Section::OffCpu | Section::Python | Section::Threads
         )
     }
 }
@@ -233,6 +241,10 @@ pub fn run(args: &[String]) -> Result<()> {
         true => Some(python::measure(&bench, runs)?),
         false => None,
     };
+    let threads = match wants(Section::Threads) {
+        true => Some(threads::measure(&bench, runs.min(3))?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -245,6 +257,7 @@ pub fn run(args: &[String]) -> Result<()> {
         spark,
         off_cpu,
         python,
+        threads,
         incidents: bench.incidents.take(),
     };
 
@@ -433,7 +446,7 @@ impl Drop for Recorder {
 }
 
 /// Starts a profiler with no input and its stdout and stderr in `log`.
-fn spawn_logged(command: &mut Command, log: &Path) -> Result<Child> {
+pub(crate) fn spawn_logged(command: &mut Command, log: &Path) -> Result<Child> {
     let log_file = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command
         .stdin(Stdio::null())
@@ -1423,7 +1436,7 @@ struct OwnCost {
     max_rss_kib: u64,
 }
 
-fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let middle = sorted.len() / 2;
@@ -1521,6 +1534,7 @@ struct Report {
     spark: Option<spark::SparkReport>,
     off_cpu: Option<off_cpu::OffCpuReport>,
     python: Option<python::PythonReport>,
+    threads: Option<threads::ThreadsReport>,
     incidents: Vec<String>,
 }
 
@@ -1551,6 +1565,9 @@ impl Report {
         }
         if let Some(python) = &self.python {
             sections.push((Section::Python, python.markdown()));
+        }
+        if let Some(threads) = &self.threads {
+            sections.push((Section::Threads, threads.markdown()));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);

@@ -314,7 +314,7 @@ impl Drop for Killed {
     }
 }
 
-fn java_version() -> Result<String> {
+pub(crate) fn java_version() -> Result<String> {
     let output = Command::new("java")
         .arg("-version")
         .output()
