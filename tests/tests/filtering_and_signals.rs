@@ -42,7 +42,7 @@ fn stops_and_flushes_on(signal: i32) {
     let work = tempfile::tempdir().unwrap();
     let chain = build_workload("chain", work.path());
     let recorder = Recorder::start(&[]); // no --duration: until a signal
-    let workload = Workload::start(&chain, &["2", "1"]);
+    let workload = Workload::start(&chain, &["3", "1"]);
     let pid = workload.pid();
     workload.wait_cpu_seconds();
     // The workload's samples are now counted in the kernel, maybe not drained.

@@ -94,7 +94,7 @@ fn kernel_frames_are_named_and_marked() {
     let work = tempfile::tempdir().unwrap();
     let syscalls = build_workload("syscalls", work.path());
     let recorder = Recorder::start(&["--duration", "5"]);
-    let workload = Workload::start(&syscalls, &["2"]);
+    let workload = Workload::start(&syscalls, &["3"]);
     let pid = workload.pid();
     workload.wait();
     let recording = recorder.wait();

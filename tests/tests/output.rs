@@ -339,8 +339,10 @@ fn the_closing_line_agrees_with_the_index_after_periodic_flushes() {
     let work = tempfile::tempdir().unwrap();
     let chain = build_workload("chain", work.path());
     let recorder = Recorder::start(&["--duration", "4", "--flush-interval", "1"]);
-    // Busy in the first second only: its file is not rewritten at the end.
-    let early = Workload::start(&chain, &["1", "1"]);
+    // Busy in the first 2.5 s only (long enough for a file of its own:
+    // a process that lives 2 s or more always has one): its file is not
+    // rewritten at the end.
+    let early = Workload::start(&chain, &["2.5", "1"]);
     let pid = early.pid();
     early.wait_cpu_seconds();
     let recording = recorder.wait();

@@ -31,7 +31,11 @@
 //! frame, and leaves no state behind: a host that starts hundreds of
 //! processes a second gets one file per program, not per process, and every
 //! sample is still counted. index.json says how many processes a
-//! `short-lived/` file sums (`processes`).
+//! `short-lived/` file sums (`processes`). Drains come every drain interval
+//! (a second by default), so a process that lives under [`LONG_LIVED`] is
+//! always summed, one that lives [`LONG_LIVED`] plus a drain interval always
+//! has its own file, and one in between has it if a drain saw it alive
+//! after [`LONG_LIVED`].
 //! # Folded lines
 //! Brendan Gregg's format: frames root first, separated by `;`, a space, the
 //! count. The first frame is the process (`name [pid]`), the second the thread
