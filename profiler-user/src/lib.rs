@@ -7,12 +7,15 @@
 //! write       frames → folded files, SVG flame graphs, index.json
 //! ```
 //! Each stage is a module with a narrow input and output type; no stage
-//! reaches back into an earlier one. [`record`] wires them together;
-//! [`host`] holds the privilege checks and `doctor`.
+//! reaches back into an earlier one. Two commands drive them: [`record`]
+//! wires the stages together, [`doctor`] reports what a recording would
+//! get on this host. [`sys`] (sysctls, capabilities) sits below all of
+//! them.
 
 pub mod collect;
+pub mod doctor;
 pub mod enrich;
-pub mod host;
 pub mod record;
 pub mod symbolize;
+pub mod sys;
 pub mod write;

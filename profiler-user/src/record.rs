@@ -15,8 +15,8 @@ use tracing::{debug, error, info, warn};
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
     enrich::{Enricher, ProcessInfo, jvm_threads::DumpPolicy},
-    host::{caps::Capabilities, sysctl},
     symbolize::{Symbolizer, jvm::JitOptions, python::PythonProcess},
+    sys::{caps::Capabilities, sysctl},
     write::{
         WriteOptions, Writer,
         index::Header,

@@ -135,7 +135,7 @@ fn renaming_jvm(seconds: u32) -> (Child, tempfile::TempDir) {
 }
 
 fn libjvm_of(pid: u32) -> String {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let maps = sparkprof::sys::proc::read_maps(pid).unwrap();
     Runtime::from_maps(&maps)
         .libjvm()
         .expect("the JVM maps libjvm.so")

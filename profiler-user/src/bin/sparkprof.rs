@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Parser, Subcommand};
 use perf_maps::NameStyle;
 use sparkprof::{
-    host::doctor,
+    doctor,
     record::{RecordError, RecordOptions, record},
     symbolize::jvm::JitOptions,
     write::WriteOptions,

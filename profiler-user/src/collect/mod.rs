@@ -345,7 +345,7 @@ impl Collector {
                     {
                         CollectError::PerfEventDenied {
                             cpu,
-                            paranoid: crate::host::sysctl::read("kernel/perf_event_paranoid")
+                            paranoid: crate::sys::sysctl::read("kernel/perf_event_paranoid")
                                 .unwrap_or_else(|_| "unknown".into()),
                             source,
                         }

@@ -12,7 +12,6 @@
 
 use std::{
     collections::HashMap,
-    fs,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -60,10 +59,19 @@ struct JvmDumps {
 pub struct Dump {
     pub pid: u32,
     pub time: SystemTime,
-    /// (tid as the host sees it, full name, the thread's name epoch if it
-    /// was the same just before and just after the dump: then the name is
-    /// exactly that epoch's).
-    pub threads: Vec<(u32, String, Option<u32>)>,
+    pub threads: Vec<DumpedThread>,
+}
+
+/// One thread of a dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpedThread {
+    /// Its id as the host sees it.
+    pub tid: u32,
+    /// Its full name.
+    pub name: String,
+    /// Its name epoch, if that was the same just before and just after the
+    /// dump: then the name is exactly that epoch's.
+    pub epoch: Option<u32>,
 }
 
 /// Reads the current name epoch of every thread of a process.
@@ -185,9 +193,11 @@ impl ThreadDumper {
                     self.dumps += 1;
                     jvm.failures = 0;
                     let after = epochs(pid);
-                    for (tid, _, epoch) in &mut dump.threads {
-                        let was = before.get(&pid).and_then(|b| b.get(tid));
-                        *epoch = was.filter(|&was| after.get(tid) == Some(was)).copied();
+                    for thread in &mut dump.threads {
+                        let was = before.get(&pid).and_then(|b| b.get(&thread.tid));
+                        thread.epoch = was
+                            .filter(|&was| after.get(&thread.tid) == Some(was))
+                            .copied();
                     }
                     dumps.push(dump);
                 }
@@ -226,7 +236,8 @@ fn dump(pid: u32) -> Result<Dump, AttachError> {
     let host_tids = if jvm.nspid() == pid {
         None
     } else {
-        Some(namespace_tids(pid))
+        // A process that is gone by now leaves no thread to name.
+        Some(crate::sys::proc::namespace_threads(pid).unwrap_or_default())
     };
     let threads = threads
         .into_iter()
@@ -235,33 +246,14 @@ fn dump(pid: u32) -> Result<Dump, AttachError> {
                 None => thread.nid,
                 Some(map) => *map.get(&thread.nid)?,
             };
-            Some((tid, thread.name, None))
+            Some(DumpedThread {
+                tid,
+                name: thread.name,
+                epoch: None,
+            })
         })
         .collect();
     Ok(Dump { pid, time, threads })
-}
-
-/// Thread ids of a process in another PID namespace: its namespace's TID
-/// (the last `NSpid:` field of each thread's status) to the host's.
-fn namespace_tids(pid: u32) -> HashMap<u32, u32> {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter_map(|task| {
-            let host: u32 = task.file_name().to_str()?.parse().ok()?;
-            let status = fs::read_to_string(task.path().join("status")).ok()?;
-            let inner: u32 = status
-                .lines()
-                .find_map(|line| line.strip_prefix("NSpid:"))?
-                .split_whitespace()
-                .last()?
-                .parse()
-                .ok()?;
-            Some((inner, host))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -310,11 +302,5 @@ mod tests {
         });
         dumper.watch(10, NameFeed::Uprobe);
         assert!(dumper.due(&[10]).is_empty());
-    }
-
-    #[test]
-    fn own_threads_map_to_themselves_in_our_namespace() {
-        let map = namespace_tids(std::process::id());
-        assert_eq!(map.get(&std::process::id()), Some(&std::process::id()));
     }
 }

@@ -29,6 +29,7 @@ use crate::collect::{
     Drain, RawSample, RawStack,
     thread_names::{NameFeed, RenameSource},
 };
+use crate::sys::proc::{self, MapPath, Mapping};
 
 /// `PF_KTHREAD` in the flags field of /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -97,13 +98,20 @@ pub enum Runtime {
 }
 
 impl Runtime {
-    /// Recognizes the runtime from the text of /proc/PID/maps.
-    pub fn from_maps(maps: &str) -> Self {
-        maps.lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
-            .find(|path| path.ends_with("/libjvm.so"))
+    /// Recognizes the runtime from a process's mappings. A libjvm.so
+    /// replaced on disk since it was mapped is not one sparkprof can
+    /// attach to or read: such a process counts as native.
+    pub fn from_maps(maps: &[Mapping]) -> Self {
+        maps.iter()
+            .find_map(|m| match &m.path {
+                MapPath::File {
+                    path,
+                    deleted: false,
+                } if path.file_name().is_some_and(|name| name == "libjvm.so") => Some(path),
+                _ => None,
+            })
             .map_or(Self::Native, |libjvm| Self::Jvm {
-                libjvm: libjvm.to_owned(),
+                libjvm: libjvm.to_string_lossy().into_owned(),
             })
     }
 
@@ -331,7 +339,7 @@ impl Enricher {
         for dump in &mut dumps {
             let (tied, loose): (Vec<_>, Vec<_>) = std::mem::take(&mut dump.threads)
                 .into_iter()
-                .partition(|(_, _, epoch)| epoch.is_some());
+                .partition(|thread| thread.epoch.is_some());
             self.names.apply_dump(dump.pid, &tied, dump.time);
             dump.threads = loose;
         }
@@ -418,8 +426,7 @@ fn read_process(pid: u32) -> Option<ProcessInfo> {
     let runtime = if kernel_thread {
         Runtime::Native
     } else {
-        fs::read_to_string(format!("/proc/{pid}/maps"))
-            .map_or(Runtime::Native, |maps| Runtime::from_maps(&maps))
+        proc::read_maps(pid).map_or(Runtime::Native, |maps| Runtime::from_maps(&maps))
     };
     let spark = if kernel_thread {
         SparkProcess::other()
@@ -492,16 +499,25 @@ mod tests {
 
     #[test]
     fn recognizes_a_jvm_from_its_mappings() {
-        let maps = "7f00-7f10 r-xp 00000000 fd:00 1 /usr/lib/jvm/java-17/lib/server/libjvm.so\n";
+        let maps = |text: &str| proc::parse_maps(text).unwrap();
         assert_eq!(
-            Runtime::from_maps(maps),
+            Runtime::from_maps(&maps(
+                "7f00-7f10 r-xp 00000000 fd:00 1 /usr/lib/jvm/java-17/lib/server/libjvm.so\n"
+            )),
             Runtime::Jvm {
                 libjvm: "/usr/lib/jvm/java-17/lib/server/libjvm.so".into()
             }
         );
         assert_eq!(
-            Runtime::from_maps("7f00-7f10 r-xp 0 fd:00 1 /usr/lib/libc.so.6\n"),
+            Runtime::from_maps(&maps("7f00-7f10 r-xp 0 fd:00 1 /usr/lib/libc.so.6\n")),
             Runtime::Native
+        );
+        assert_eq!(
+            Runtime::from_maps(&maps(
+                "7f00-7f10 r-xp 0 fd:00 1 /opt/jdk/lib/server/libjvm.so (deleted)\n"
+            )),
+            Runtime::Native,
+            "a replaced libjvm.so"
         );
     }
 

@@ -18,6 +18,7 @@ use std::{
     time::SystemTime,
 };
 
+use super::jvm_threads::DumpedThread;
 use crate::collect::thread_names::{RenameSource, ThreadRename};
 
 /// Bytes of a Linux comm without its NUL: what a long name is cut to.
@@ -81,13 +82,13 @@ impl ThreadNames {
     ///
     /// A name whose epoch is known (`Some`: the thread had that epoch just
     /// before and just after the dump) is filed under it as exact.
-    pub fn apply_dump(
-        &mut self,
-        tgid: u32,
-        names: &[(u32, String, Option<u32>)],
-        time: SystemTime,
-    ) {
-        for (tid, name, known_epoch) in names {
+    pub fn apply_dump(&mut self, tgid: u32, names: &[DumpedThread], time: SystemTime) {
+        for DumpedThread {
+            tid,
+            name,
+            epoch: known_epoch,
+        } in names
+        {
             let history = self.threads.entry((tgid, *tid)).or_default();
             if let Some(epoch) = known_epoch {
                 let exact = history.epochs.get(epoch).is_some_and(|record| record.exact);
@@ -188,6 +189,14 @@ fn comm_of(name: &str) -> &[u8] {
 mod tests {
     use super::*;
 
+    fn dumped(tid: u32, name: &str, epoch: Option<u32>) -> DumpedThread {
+        DumpedThread {
+            tid,
+            name: name.into(),
+            epoch,
+        }
+    }
+
     fn rename(tid: u32, epoch: u32, name: &str, source: RenameSource) -> ThreadRename {
         ThreadRename {
             tgid: 1,
@@ -225,7 +234,7 @@ mod tests {
     fn a_dump_names_the_latest_epoch_only_if_the_comm_agrees() {
         let mut names = ThreadNames::new();
         // Named before sparkprof started: epoch 0, from the dump.
-        names.apply_dump(1, &[(7, TASK_A.into(), None)], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[dumped(7, TASK_A, None)], SystemTime::UNIX_EPOCH);
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_A);
         // A sample whose comm says the thread had another name then.
         assert_eq!(names.name_at(1, 7, 0, "Executor task i"), "Executor task i");
@@ -234,7 +243,7 @@ mod tests {
         // fills in the full name of that epoch.
         names.apply(&[rename(8, 4, "Executor task l", RenameSource::TaskRename)]);
         assert_eq!(names.name_at(1, 8, 4, "Executor task l"), "Executor task l");
-        names.apply_dump(1, &[(8, TASK_B.into(), None)], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[dumped(8, TASK_B, None)], SystemTime::UNIX_EPOCH);
         assert_eq!(names.name_at(1, 8, 4, "Executor task l"), TASK_B);
     }
 
@@ -243,7 +252,7 @@ mod tests {
         let at = |secs| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
         let mut names = ThreadNames::new();
         // Dump at t=10 says TASK_B; filed under epoch 0 (no rename known yet).
-        names.apply_dump(1, &[(7, TASK_B.into(), None)], at(10));
+        names.apply_dump(1, &[dumped(7, TASK_B, None)], at(10));
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_B);
         // The next drain announces a rename at t=9 to TASK_B: the dump saw
         // epoch 1's name, so epoch 0 falls back to its comm.
@@ -253,14 +262,14 @@ mod tests {
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), "Executor task l");
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
         // A later dump files under the epoch that began before it.
-        names.apply_dump(1, &[(7, TASK_A.into(), None)], at(11));
+        names.apply_dump(1, &[dumped(7, TASK_A, None)], at(11));
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
     }
 
     #[test]
     fn a_dump_bracketed_by_one_epoch_names_exactly_that_epoch() {
         let mut names = ThreadNames::new();
-        names.apply_dump(1, &[(7, TASK_A.into(), Some(3))], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[dumped(7, TASK_A, Some(3))], SystemTime::UNIX_EPOCH);
         // Exact: used whatever the comm, and a later rename does not undo it.
         assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_A);
         names.apply(&[rename(7, 4, TASK_B, RenameSource::JvmNativeName)]);
@@ -272,7 +281,7 @@ mod tests {
     fn a_dump_never_overrides_an_exact_name() {
         let mut names = ThreadNames::new();
         names.apply(&[rename(7, 1, TASK_A, RenameSource::JvmNativeName)]);
-        names.apply_dump(1, &[(7, TASK_B.into(), None)], SystemTime::UNIX_EPOCH);
+        names.apply_dump(1, &[dumped(7, TASK_B, None)], SystemTime::UNIX_EPOCH);
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_A);
     }
 

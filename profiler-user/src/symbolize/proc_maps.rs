@@ -2,25 +2,9 @@
 //! that no symbol covers as `module+0xoffset` (file-backed) or `[unknown]`
 //! (anonymous), so a frame is never dropped.
 
-use std::{fs, io, path::Path};
+use std::io;
 
-/// One executable mapping.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    /// Offset of `start` in the mapped file.
-    pub file_offset: u64,
-    /// The path column (file path, `[vdso]`, ...), empty for anonymous memory.
-    pub path: String,
-}
-
-impl Mapping {
-    /// Anonymous memory (no file, no special name): where JIT code lives.
-    pub fn is_anonymous(&self) -> bool {
-        self.path.is_empty() || self.path.starts_with("[anon")
-    }
-}
+use crate::sys::proc::{self, MapPath, Mapping};
 
 /// The executable mappings of one process, sorted by address.
 #[derive(Debug, Clone, Default)]
@@ -30,14 +14,12 @@ pub struct ProcMaps {
 
 impl ProcMaps {
     pub fn read(pid: u32) -> io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string(format!(
-            "/proc/{pid}/maps"
-        ))?))
+        Ok(Self::executable(proc::read_maps(pid)?))
     }
 
-    /// Parses the text of /proc/PID/maps, keeping executable mappings.
-    pub fn parse(text: &str) -> Self {
-        let mut mappings: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
+    /// The executable ones of a process's mappings.
+    fn executable(mappings: Vec<Mapping>) -> Self {
+        let mut mappings: Vec<Mapping> = mappings.into_iter().filter(|m| m.executable).collect();
         mappings.sort_by_key(|m| m.start);
         Self { mappings }
     }
@@ -52,41 +34,25 @@ impl ProcMaps {
         (addr < mapping.end).then_some(mapping)
     }
 
-    /// `module+0xoffset` for file-backed memory, `[name]` for special
-    /// mappings, `[unknown]` otherwise.
+    /// `module+0xoffset` for file-backed memory, `[name]` for special and
+    /// named anonymous mappings, `[unknown]` otherwise.
     pub fn describe(&self, addr: u64) -> String {
-        match self.find(addr) {
-            Some(m) if m.path.starts_with('/') => {
-                let module = Path::new(m.path.trim_end_matches(" (deleted)"))
+        let Some(m) = self.find(addr) else {
+            return "[unknown]".to_owned();
+        };
+        match &m.path {
+            MapPath::File { path, .. } => {
+                let module = path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| m.path.clone());
-                format!("{module}+0x{:x}", addr - m.start + m.file_offset)
+                    .unwrap_or_else(|| path.display().to_string());
+                format!("{module}+0x{:x}", addr - m.start + m.offset)
             }
-            Some(m) if m.path.starts_with('[') => m.path.clone(),
-            _ => "[unknown]".to_owned(),
+            MapPath::Special(name) => name.clone(),
+            MapPath::Anonymous { name: Some(name) } => name.clone(),
+            MapPath::Anonymous { name: None } => "[unknown]".to_owned(),
         }
     }
-}
-
-fn parse_line(line: &str) -> Option<Mapping> {
-    // address perms offset dev inode [path]
-    let mut fields = line.splitn(6, ' ');
-    let (start, end) = fields.next()?.split_once('-')?;
-    let perms = fields.next()?;
-    if !perms.contains('x') {
-        return None;
-    }
-    let offset = fields.next()?;
-    let _dev = fields.next()?;
-    let _inode = fields.next()?;
-    let path = fields.next().unwrap_or("").trim_start().to_owned();
-    Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        file_offset: u64::from_str_radix(offset, 16).ok()?,
-        path,
-    })
 }
 
 #[cfg(test)]
@@ -103,7 +69,7 @@ mod tests {
 
     #[test]
     fn describes_file_anonymous_and_special_mappings() {
-        let maps = ProcMaps::parse(MAPS);
+        let maps = ProcMaps::executable(proc::parse_maps(MAPS).unwrap());
         assert_eq!(maps.describe(0x55d0c0a01010), "app+0x1010");
         assert_eq!(maps.describe(0x7f1000000010), "libc.so.6+0x28010");
         assert_eq!(maps.describe(0x7f0000000010), "[unknown]");

@@ -22,6 +22,7 @@ use profiler_common::{PY_NO_OFFSET, PythonFrame, python_layout};
 use tracing::debug;
 
 use super::types::{InstrFormat, LineTableFormat, PythonError, PythonVersion, StructOffsets};
+use crate::sys::proc::{self, Mapping};
 
 /// Characters of a string (function or file name) read at most; a longer
 /// one is cut and ends with `…`.
@@ -189,32 +190,21 @@ pub fn proc_error(pid: u32, path: PathBuf, source: io::Error) -> PythonError {
 
 /// The file-backed mappings of a process.
 pub fn read_file_mappings(pid: u32) -> Result<Vec<FileMapping>, PythonError> {
-    let path = PathBuf::from(format!("/proc/{pid}/maps"));
-    let text = fs::read_to_string(&path).map_err(|e| proc_error(pid, path, e))?;
-    Ok(parse_file_mappings(&text))
+    let maps = proc::read_maps(pid)
+        .map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/maps")), e))?;
+    Ok(file_mappings(maps))
 }
 
-/// Parses the text of /proc/PID/maps, keeping file-backed mappings.
-pub fn parse_file_mappings(text: &str) -> Vec<FileMapping> {
-    text.lines()
-        .filter_map(|line| {
-            // address perms offset dev inode [path]
-            let mut fields = line.splitn(6, ' ');
-            let (start, end) = fields.next()?.split_once('-')?;
-            let _perms = fields.next()?;
-            let offset = fields.next()?;
-            let _dev = fields.next()?;
-            let inode = fields.next()?;
-            let path = fields.next()?.trim_start();
-            if !path.starts_with('/') {
-                return None;
-            }
+/// The file-backed ones of a process's mappings.
+pub fn file_mappings(maps: Vec<Mapping>) -> Vec<FileMapping> {
+    maps.into_iter()
+        .filter_map(|m| {
             Some(FileMapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                offset: u64::from_str_radix(offset, 16).ok()?,
-                inode: inode.parse().ok()?,
-                path: path.trim_end_matches(" (deleted)").to_owned(),
+                start: m.start,
+                end: m.end,
+                offset: m.offset,
+                inode: m.inode,
+                path: m.file()?.to_string_lossy().into_owned(),
             })
         })
         .collect()
@@ -225,36 +215,12 @@ pub fn parse_file_mappings(text: &str) -> Vec<FileMapping> {
 /// interpreter and the C library record the former, the kernel's samples
 /// carry the latter.
 pub fn live_threads(pid: u32) -> Result<HashMap<u32, u32>, PythonError> {
-    let dir = PathBuf::from(format!("/proc/{pid}/task"));
-    let entries = fs::read_dir(&dir).map_err(|e| proc_error(pid, dir.clone(), e))?;
-    let host_tids: Vec<u32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    if host_tids.is_empty() {
+    let threads = proc::namespace_threads(pid)
+        .map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/task")), e))?;
+    if threads.is_empty() {
         return Err(PythonError::ProcessGone { pid });
     }
-    // One PID namespace level (the NSpid line has one id): ids are equal.
-    let nested = ns_ids(&format!("/proc/{pid}/status")).is_some_and(|ids| ids.len() > 1);
-    let mut threads = HashMap::with_capacity(host_tids.len());
-    for host in host_tids {
-        let inner = if nested {
-            match ns_ids(&format!("/proc/{pid}/task/{host}/status")) {
-                Some(ids) => ids.last().copied().unwrap_or(host),
-                None => continue, // exited meanwhile
-            }
-        } else {
-            host
-        };
-        threads.insert(inner, host);
-    }
     Ok(threads)
-}
-
-/// The ids of the `NSpid:` line of a status file, outermost first.
-fn ns_ids(path: &str) -> Option<Vec<u32>> {
-    let text = fs::read_to_string(path).ok()?;
-    let line = text.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-    line.split_whitespace().map(|id| id.parse().ok()).collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -1222,7 +1188,7 @@ mod tests {
 7f30-7f40 rw-p 00000000 00:00 0 \n\
 7f40-7f50 r--p 00000000 08:01 99 /tmp/a b (deleted)
 7f50-7f60 r--p 00000000 00:00 0 [stack]";
-        let maps = parse_file_mappings(text);
+        let maps = file_mappings(proc::parse_maps(text).unwrap());
         assert_eq!(maps.len(), 3);
         assert_eq!(maps[1].offset, 0x10000);
         assert_eq!(maps[1].inode, 1234);

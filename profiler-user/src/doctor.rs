@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, fmt::Write as _, fs, os::unix::fs::MetadataExt as _, path::Path};
 
-use super::{caps::Capabilities, sysctl};
+use crate::sys::{caps::Capabilities, sysctl};
 use crate::{collect::btf::KernelTypes, enrich::Runtime};
 
 /// A JVM found on the host, and whether its stacks can be walked.
@@ -169,7 +169,7 @@ pub fn jvms() -> Vec<JvmReport> {
         else {
             continue;
         };
-        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = crate::sys::proc::read_maps(pid) else {
             continue;
         };
         let runtime = Runtime::from_maps(&maps);

@@ -1,0 +1,232 @@
+//! What /proc says about a process, read in one place through the procfs
+//! crate: its mappings (`/proc/PID/maps`), so that every consumer (native
+//! frame names, the JIT and trampoline partitions, Python interpreters,
+//! runtime recognition, `doctor`) sees the same mappings and takes
+//! `(deleted)` off a path the same way, each filtering the list for what it
+//! needs; and its threads' ids inside and outside its PID namespace.
+
+use std::{
+    collections::HashMap,
+    io,
+    path::{Path, PathBuf},
+};
+
+use procfs::{
+    FromBufRead as _, ProcError,
+    process::{MMPermissions, MMapPath, MemoryMap, MemoryMaps, Process},
+};
+
+/// One mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset of `start` in the mapped file.
+    pub offset: u64,
+    /// The file's inode (0 for memory without a file).
+    pub inode: u64,
+    pub executable: bool,
+    pub path: MapPath,
+}
+
+/// What a mapping maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapPath {
+    /// A file, by the path the process sees; `deleted` when it was removed
+    /// or replaced on disk since it was mapped (the kernel's `(deleted)`).
+    File { path: PathBuf, deleted: bool },
+    /// Anonymous memory (where JIT code lives), with its `[anon:...]` name
+    /// if the process gave it one.
+    Anonymous { name: Option<String> },
+    /// One of the kernel's own: `[vdso]`, `[heap]`, `[stack]`, ...
+    Special(String),
+}
+
+impl Mapping {
+    /// Anonymous memory.
+    pub fn is_anonymous(&self) -> bool {
+        matches!(self.path, MapPath::Anonymous { .. })
+    }
+
+    /// The mapped file, if it is one.
+    pub fn file(&self) -> Option<&Path> {
+        match &self.path {
+            MapPath::File { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    fn from_procfs(map: MemoryMap) -> Self {
+        let path = match map.pathname {
+            MMapPath::Path(path) => {
+                let text = path.to_string_lossy();
+                match text.strip_suffix(" (deleted)") {
+                    Some(kept) => MapPath::File {
+                        path: PathBuf::from(kept),
+                        deleted: true,
+                    },
+                    None => MapPath::File {
+                        path,
+                        deleted: false,
+                    },
+                }
+            }
+            MMapPath::Anonymous => MapPath::Anonymous { name: None },
+            MMapPath::Other(name) if name.starts_with("anon:") => MapPath::Anonymous {
+                name: Some(format!("[{name}]")),
+            },
+            MMapPath::Other(name) => MapPath::Special(format!("[{name}]")),
+            MMapPath::Heap => MapPath::Special("[heap]".into()),
+            MMapPath::Stack => MapPath::Special("[stack]".into()),
+            MMapPath::TStack(tid) => MapPath::Special(format!("[stack:{tid}]")),
+            MMapPath::Vdso => MapPath::Special("[vdso]".into()),
+            MMapPath::Vvar => MapPath::Special("[vvar]".into()),
+            MMapPath::Vsyscall => MapPath::Special("[vsyscall]".into()),
+            MMapPath::Vsys(key) => MapPath::Special(format!("/SYSV{:08x}", key as u32)),
+            other => MapPath::Special(format!("{other:?}")),
+        };
+        Self {
+            start: map.address.0,
+            end: map.address.1,
+            offset: map.offset,
+            inode: map.inode,
+            executable: map.perms.contains(MMPermissions::EXECUTE),
+            path,
+        }
+    }
+}
+
+/// The mappings of a process, in address order.
+pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
+    let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::NotFound))?;
+    let maps = Process::new(pid)
+        .and_then(|process| process.maps())
+        .map_err(io_error)?;
+    Ok(maps.into_iter().map(Mapping::from_procfs).collect())
+}
+
+/// Mappings from the text of a maps file (tests, and readers of a saved one).
+pub fn parse_maps(text: &str) -> io::Result<Vec<Mapping>> {
+    let maps = MemoryMaps::from_buf_read(text.as_bytes()).map_err(io_error)?;
+    Ok(maps.into_iter().map(Mapping::from_procfs).collect())
+}
+
+/// The live threads of a process, as (thread id in the process's own PID
+/// namespace, thread id on this host). The two differ in a container: the
+/// process itself (a C library, an interpreter, a JVM's thread dump) knows
+/// the former, the kernel's samples carry the latter. Empty when the
+/// process is gone.
+pub fn namespace_threads(pid: u32) -> io::Result<HashMap<u32, u32>> {
+    let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::NotFound))?;
+    let process = Process::new(pid).map_err(io_error)?;
+    // One PID namespace level (the NSpid line has one id): ids are equal,
+    // and no thread's status needs reading.
+    let nested = process
+        .status()
+        .map_err(io_error)?
+        .nspid
+        .is_some_and(|ids| ids.len() > 1);
+    let mut threads = HashMap::new();
+    for task in process.tasks().map_err(io_error)?.flatten() {
+        let Ok(host) = u32::try_from(task.tid) else {
+            continue;
+        };
+        let inner = if nested {
+            // A thread that exited meanwhile has no status: left out.
+            match task
+                .status()
+                .ok()
+                .and_then(|status| status.nspid?.last().copied())
+            {
+                Some(inner) => u32::try_from(inner).unwrap_or(host),
+                None => continue,
+            }
+        } else {
+            host
+        };
+        threads.insert(inner, host);
+    }
+    Ok(threads)
+}
+
+/// procfs's error as the I/O error it came from, so that callers can tell a
+/// process that is gone (`ESRCH`, not found) from one they may not read.
+fn io_error(err: ProcError) -> io::Error {
+    match err {
+        ProcError::Io(err, _) => err,
+        ProcError::NotFound(_) => io::ErrorKind::NotFound.into(),
+        ProcError::PermissionDenied(_) => io::ErrorKind::PermissionDenied.into(),
+        other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:00 123                        /usr/bin/app
+55d0c0a01000-55d0c0a05000 r-xp 00001000 fd:00 123                        /usr/bin/my app
+7f0000000000-7f0000100000 rwxp 00000000 00:00 0 
+7f0800000000-7f0800001000 rw-p 00000000 00:00 0                          [anon:libc_malloc]
+7f1000000000-7f1000200000 r-xp 00028000 fd:00 456                        /usr/lib/libc.so.6 (deleted)
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn files_anonymous_and_special_mappings() {
+        let maps = parse_maps(MAPS).unwrap();
+        let paths: Vec<(&MapPath, bool)> = maps.iter().map(|m| (&m.path, m.executable)).collect();
+        let file = |path: &str, deleted| MapPath::File {
+            path: path.into(),
+            deleted,
+        };
+        assert_eq!(
+            paths,
+            [
+                (&file("/usr/bin/app", false), false),
+                (&file("/usr/bin/my app", false), true),
+                (&MapPath::Anonymous { name: None }, true),
+                (
+                    &MapPath::Anonymous {
+                        name: Some("[anon:libc_malloc]".into())
+                    },
+                    false
+                ),
+                (&file("/usr/lib/libc.so.6", true), true),
+                (&MapPath::Special("[vdso]".into()), true),
+            ]
+        );
+        assert_eq!(
+            (maps[1].start, maps[1].end, maps[1].offset, maps[1].inode),
+            (0x55d0c0a01000, 0x55d0c0a05000, 0x1000, 123)
+        );
+    }
+
+    #[test]
+    fn our_own_maps_hold_this_test_binary() {
+        let maps = read_maps(std::process::id()).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert!(
+            maps.iter()
+                .any(|m| m.executable && m.file() == Some(exe.as_path())),
+            "{maps:#?}"
+        );
+        let gone = read_maps(u32::MAX >> 2).unwrap_err();
+        assert_eq!(gone.kind(), io::ErrorKind::NotFound, "{gone}");
+    }
+
+    #[test]
+    fn our_threads_map_to_themselves_outside_a_container() {
+        let spawned =
+            std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(500)));
+        let threads = namespace_threads(std::process::id()).unwrap();
+        assert!(threads.len() >= 2, "{threads:?}");
+        assert!(
+            threads.iter().all(|(inner, host)| inner == host),
+            "{threads:?}"
+        );
+        assert_eq!(threads.get(&std::process::id()), Some(&std::process::id()));
+        spawned.join().unwrap();
+    }
+}
