@@ -186,6 +186,28 @@ pub(crate) fn read_proc(pid: u32, file: &'static str) -> Result<Vec<u8>, Discove
     })
 }
 
+/// A process's /proc entry, through the procfs crate.
+pub(crate) fn process(pid: u32) -> Result<procfs::process::Process, DiscoveryError> {
+    let id = i32::try_from(pid).map_err(|_| DiscoveryError::NoSuchProcess { pid })?;
+    procfs::process::Process::new(id).map_err(|err| proc_error(pid, "", err))
+}
+
+/// A procfs error as ours: a process that is gone is
+/// [`DiscoveryError::NoSuchProcess`].
+pub(crate) fn proc_error(pid: u32, file: &'static str, err: procfs::ProcError) -> DiscoveryError {
+    use procfs::ProcError;
+    let source = match err {
+        ProcError::NotFound(_) => return DiscoveryError::NoSuchProcess { pid },
+        ProcError::Io(source, _) => source,
+        ProcError::PermissionDenied(_) => io::ErrorKind::PermissionDenied.into(),
+        other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+    };
+    match source.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => DiscoveryError::NoSuchProcess { pid },
+        _ => DiscoveryError::Io { pid, file, source },
+    }
+}
+
 /// The process's PID in its own (innermost) PID namespace.
 pub fn ns_pid(pid: u32) -> Result<u32, DiscoveryError> {
     Ok(ProcStatus::read(pid)?.ns_pid())

@@ -176,23 +176,17 @@ pub fn jvms() -> Vec<JvmReport> {
         let Some(libjvm) = runtime.libjvm() else {
             continue;
         };
-        let args = read_nul_separated(&format!("/proc/{pid}/cmdline"));
-        let env = read_nul_separated(&format!("/proc/{pid}/environ"));
-        let fp_flag = "-XX:+PreserveFramePointer";
-        let in_env = env.iter().any(|v| {
-            (v.starts_with("JAVA_TOOL_OPTIONS=") || v.starts_with("JDK_JAVA_OPTIONS="))
-                && v.contains(fp_flag)
-        });
-        // The last of -XX:+/-PreserveFramePointer on the command line wins.
-        let on_cmdline = args
-            .iter()
-            .rev()
-            .find(|a| a.ends_with("PreserveFramePointer") && a.starts_with("-XX:"))
-            .map(|a| a == fp_flag);
+        let args = crate::sys::proc::cmdline(pid).unwrap_or_default();
+        // As the JVM takes it: the last of -XX:+/-PreserveFramePointer in
+        // JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS and the command line; off if none.
+        let preserve_frame_pointer = perf_maps::attach::jvm_flags(pid)
+            .ok()
+            .and_then(|flags| flags.preserve_frame_pointer)
+            .unwrap_or(false);
         found.push(JvmReport {
             pid,
             main: java_main(&args),
-            preserve_frame_pointer: on_cmdline.unwrap_or(in_env),
+            preserve_frame_pointer,
             jit_names: jit_names(pid),
             thread_names: thread_names(pid, libjvm, &mut rename_symbols),
             spark: spark_identity(pid),
@@ -274,18 +268,6 @@ fn spark_identity(pid: u32) -> String {
         let _ = write!(text, " of {app}");
     }
     text
-}
-
-fn read_nul_separated(path: &str) -> Vec<String> {
-    fs::read(path)
-        .map(|bytes| {
-            bytes
-                .split(|&b| b == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The main class or `-jar` file of a java command line.

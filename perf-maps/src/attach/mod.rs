@@ -33,6 +33,7 @@
 //! Every wait is bounded ([`AttachOptions`]); a JVM that exits meanwhile is
 //! reported as [`AttachError::ProcessExited`], never a panic.
 
+pub mod backoff;
 mod exchange;
 pub mod thread_dump;
 pub mod version;
@@ -43,6 +44,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::discovery::{self, DiscoveryError, Owner, ProcStatus};
+pub use backoff::{AttachBackoff, MAX_ATTACH_FAILURES, Retry};
 use exchange::{ExchangeError, GuardCheck, Request};
 pub use version::{VersionError, jvm_major_version, parse_java_version};
 
@@ -625,36 +627,43 @@ fn process_age(pid: u32) -> Option<Duration> {
     Duration::from_secs_f64(uptime).checked_sub(started)
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-struct JvmFlags {
-    reduce_signals: bool,
-    attach_disabled: bool,
+/// The JVM options sparkprof cares about, as the JVM would take them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JvmFlags {
+    /// `-Xrs` / `-XX:+ReduceSignalUsage`: SIGQUIT would kill it.
+    pub reduce_signals: bool,
+    /// `-XX:+DisableAttachMechanism`.
+    pub attach_disabled: bool,
+    /// `-XX:+/-PreserveFramePointer`, if given (off by default).
+    pub preserve_frame_pointer: Option<bool>,
 }
 
-/// Signal- and attach-related options from the command line and from
-/// `JAVA_TOOL_OPTIONS` / `JDK_JAVA_OPTIONS` (which the JVM also honours).
-/// Later occurrences win, as in HotSpot. Conservative: an application
-/// argument spelled `-Xrs` also counts; a false refusal is harmless, a false
-/// acceptance kills the JVM (the SigCgt check backs this up anyway).
-fn jvm_flags(pid: u32) -> Result<JvmFlags, AttachError> {
+/// The options of a JVM from its command line and from `JAVA_TOOL_OPTIONS` /
+/// `JDK_JAVA_OPTIONS` (which the JVM also honours, before the command
+/// line). Later occurrences win, as in HotSpot. Conservative: an
+/// application argument spelled `-Xrs` also counts; a false refusal is
+/// harmless, a false acceptance kills the JVM (the SigCgt check backs this
+/// up anyway).
+pub fn jvm_flags(pid: u32) -> Result<JvmFlags, AttachError> {
+    let process = discovery::process(pid)?;
     let mut words: Vec<String> = Vec::new();
     // Environment first: the command line overrides it.
-    if let Ok(env) = discovery::read_proc(pid, "environ") {
-        for var in env.split(|&b| b == 0) {
-            let var = String::from_utf8_lossy(var);
-            for key in ["JAVA_TOOL_OPTIONS=", "JDK_JAVA_OPTIONS="] {
-                if let Some(v) = var.strip_prefix(key) {
-                    words.extend(v.split_whitespace().map(str::to_owned));
-                }
+    if let Ok(env) = process.environ() {
+        for key in ["JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"] {
+            if let Some(value) = env.get(std::ffi::OsStr::new(key)) {
+                words.extend(
+                    value
+                        .to_string_lossy()
+                        .split_whitespace()
+                        .map(str::to_owned),
+                );
             }
         }
     }
-    let cmdline = discovery::read_proc(pid, "cmdline")?;
-    words.extend(
-        cmdline
-            .split(|&b| b == 0)
-            .map(|w| String::from_utf8_lossy(w).into_owned()),
-    );
+    let cmdline = process
+        .cmdline()
+        .map_err(|err| discovery::proc_error(pid, "cmdline", err))?;
+    words.extend(cmdline);
     Ok(flags_from_words(words.iter().map(String::as_str)))
 }
 
@@ -666,6 +675,8 @@ fn flags_from_words<'a>(words: impl Iterator<Item = &'a str>) -> JvmFlags {
             "-XX:-ReduceSignalUsage" => f.reduce_signals = false,
             "-XX:+DisableAttachMechanism" => f.attach_disabled = true,
             "-XX:-DisableAttachMechanism" => f.attach_disabled = false,
+            "-XX:+PreserveFramePointer" => f.preserve_frame_pointer = Some(true),
+            "-XX:-PreserveFramePointer" => f.preserve_frame_pointer = Some(false),
             _ => {}
         }
     }

@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::discovery::{self, DiscoveryError};
+use procfs::process::MMapPath;
 
 /// Why the version could not be read from files.
 #[derive(Debug, thiserror::Error)]
@@ -41,21 +42,19 @@ pub enum VersionError {
     },
 }
 
-/// The path of the mapped libjvm.so, as the process sees it.
+/// The path of the mapped libjvm.so, as the process sees it (with the
+/// kernel's ` (deleted)` if it was replaced on disk since).
 pub(crate) fn libjvm_path(pid: u32) -> Result<Option<String>, DiscoveryError> {
-    let maps = discovery::read_proc(pid, "maps")?;
-    let maps = String::from_utf8_lossy(&maps);
-    for line in maps.lines() {
-        // address perms offset dev inode path
-        let Some(path) = line.splitn(6, char::is_whitespace).nth(5) else {
-            continue;
-        };
-        let path = path.trim_start();
-        if path.ends_with("/libjvm.so") || path.ends_with("/libjvm.so (deleted)") {
-            return Ok(Some(path.to_owned()));
+    let maps = discovery::process(pid)?
+        .maps()
+        .map_err(|err| discovery::proc_error(pid, "maps", err))?;
+    Ok(maps.into_iter().find_map(|map| match map.pathname {
+        MMapPath::Path(path) => {
+            let path = path.to_string_lossy().into_owned();
+            (path.ends_with("/libjvm.so") || path.ends_with("/libjvm.so (deleted)")).then_some(path)
         }
-    }
-    Ok(None)
+        _ => None,
+    }))
 }
 
 /// Reads the JVM's major version (8, 11, 17, 21, ...) from its JDK's

@@ -15,7 +15,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use perf_maps::{AttachError, Jvm};
+use perf_maps::{
+    AttachError, Jvm,
+    attach::{AttachBackoff, Retry},
+};
 use tracing::{debug, info};
 
 use crate::collect::thread_names::NameFeed;
@@ -41,9 +44,6 @@ impl Default for DumpPolicy {
     }
 }
 
-/// Failed dumps in a row after which a JVM is left alone.
-const MAX_FAILURES: u32 = 3;
-
 /// One JVM's dump state.
 #[derive(Debug)]
 struct JvmDumps {
@@ -51,7 +51,7 @@ struct JvmDumps {
     last: Option<Instant>,
     /// Renames reported by the tracepoint since the last dump.
     renamed: bool,
-    failures: u32,
+    backoff: AttachBackoff,
     given_up: bool,
 }
 
@@ -101,7 +101,7 @@ impl ThreadDumper {
             feed,
             last: None,
             renamed: false,
-            failures: 0,
+            backoff: AttachBackoff::default(),
             given_up: false,
         });
     }
@@ -141,8 +141,7 @@ impl ThreadDumper {
                     return true;
                 };
                 let since = last.elapsed();
-                let backoff = self.policy.min_interval * 2u32.pow(jvm.failures.min(5));
-                if since < backoff {
+                if since < self.policy.min_interval.max(jvm.backoff.wait()) {
                     return false;
                 }
                 match jvm.feed {
@@ -191,7 +190,7 @@ impl ThreadDumper {
             match result {
                 Ok(mut dump) => {
                     self.dumps += 1;
-                    jvm.failures = 0;
+                    jvm.backoff.succeeded();
                     let after = epochs(pid);
                     for thread in &mut dump.threads {
                         let was = before.get(&pid).and_then(|b| b.get(&thread.tid));
@@ -203,23 +202,15 @@ impl ThreadDumper {
                 }
                 Err(err) => {
                     self.failures += 1;
-                    jvm.failures += 1;
-                    let permanent = matches!(
-                        err,
-                        AttachError::ReducedSignals { .. }
-                            | AttachError::AttachDisabled { .. }
-                            | AttachError::NotAJvm { .. }
-                            | AttachError::ProcessExited { .. }
-                            | AttachError::NoSuchProcess { .. }
-                    );
-                    if permanent || jvm.failures >= MAX_FAILURES {
-                        jvm.given_up = true;
-                        info!(
-                            pid,
-                            "JVM thread names from comm only (no thread dumps): {err}"
-                        );
-                    } else {
-                        debug!(pid, "thread dump failed, will retry: {err}");
+                    match jvm.backoff.failed(&err) {
+                        Retry::Later => debug!(pid, "thread dump failed, will retry: {err}"),
+                        Retry::Gone | Retry::Never => {
+                            jvm.given_up = true;
+                            info!(
+                                pid,
+                                "JVM thread names from comm only (no thread dumps): {err}"
+                            );
+                        }
                     }
                 }
             }

@@ -3,7 +3,8 @@
 //! frame names, the JIT and trampoline partitions, Python interpreters,
 //! runtime recognition, `doctor`) sees the same mappings and takes
 //! `(deleted)` off a path the same way, each filtering the list for what it
-//! needs; and its threads' ids inside and outside its PID namespace.
+//! needs; its threads' ids inside and outside its PID namespace; its
+//! command line, environment and parent.
 
 use std::{
     collections::HashMap,
@@ -98,10 +99,7 @@ impl Mapping {
 
 /// The mappings of a process, in address order.
 pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
-    let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::NotFound))?;
-    let maps = Process::new(pid)
-        .and_then(|process| process.maps())
-        .map_err(io_error)?;
+    let maps = process(pid)?.maps().map_err(io_error)?;
     Ok(maps.into_iter().map(Mapping::from_procfs).collect())
 }
 
@@ -117,8 +115,7 @@ pub fn parse_maps(text: &str) -> io::Result<Vec<Mapping>> {
 /// the former, the kernel's samples carry the latter. Empty when the
 /// process is gone.
 pub fn namespace_threads(pid: u32) -> io::Result<HashMap<u32, u32>> {
-    let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::NotFound))?;
-    let process = Process::new(pid).map_err(io_error)?;
+    let process = process(pid)?;
     // One PID namespace level (the NSpid line has one id): ids are equal,
     // and no thread's status needs reading.
     let nested = process
@@ -147,6 +144,40 @@ pub fn namespace_threads(pid: u32) -> io::Result<HashMap<u32, u32>> {
         threads.insert(inner, host);
     }
     Ok(threads)
+}
+
+/// A process's command line, word by word (empty for a kernel thread or a
+/// zombie).
+pub fn cmdline(pid: u32) -> io::Result<Vec<String>> {
+    process(pid)?.cmdline().map_err(io_error)
+}
+
+/// A process's environment, sorted by name.
+pub fn environ(pid: u32) -> io::Result<Vec<(String, String)>> {
+    let mut vars: Vec<(String, String)> = process(pid)?
+        .environ()
+        .map_err(io_error)?
+        .into_iter()
+        .map(|(key, value)| {
+            (
+                key.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    vars.sort();
+    Ok(vars)
+}
+
+/// A process's parent, `None` for none (PID 0: init, kernel threads' root).
+pub fn parent(pid: u32) -> io::Result<Option<u32>> {
+    let ppid = process(pid)?.stat().map_err(io_error)?.ppid;
+    Ok(u32::try_from(ppid).ok().filter(|&ppid| ppid != 0))
+}
+
+fn process(pid: u32) -> io::Result<Process> {
+    let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::NotFound))?;
+    Process::new(pid).map_err(io_error)
 }
 
 /// procfs's error as the I/O error it came from, so that callers can tell a
@@ -214,6 +245,24 @@ mod tests {
         );
         let gone = read_maps(u32::MAX >> 2).unwrap_err();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound, "{gone}");
+    }
+
+    #[test]
+    fn our_command_line_environment_and_parent() {
+        let me = std::process::id();
+        let args: Vec<String> = std::env::args().collect();
+        assert_eq!(cmdline(me).unwrap(), args);
+        let env = environ(me).unwrap();
+        let path = std::env::var("PATH").unwrap();
+        assert!(
+            env.iter().any(|(k, v)| k == "PATH" && *v == path),
+            "{env:?}"
+        );
+        assert_eq!(
+            parent(me).unwrap(),
+            Some(std::os::unix::process::parent_id())
+        );
+        assert_eq!(parent(1).unwrap(), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! from the executor (or local-mode driver) above them, which is why only
 //! Python processes need their ancestors read.
 
-use std::fs;
+use crate::sys::proc;
 
 use super::types::{Role, SparkProcess};
 
@@ -60,16 +60,12 @@ impl ProcessFacts {
     /// thread, a zombie, or a process that is gone); a missing environment
     /// or status is left empty.
     pub fn read(pid: u32) -> Option<Self> {
-        let argv = parse_cmdline(&fs::read(format!("/proc/{pid}/cmdline")).ok()?);
+        let argv = proc::cmdline(pid).ok()?;
         if argv.is_empty() {
             return None;
         }
-        let environ = fs::read(format!("/proc/{pid}/environ"))
-            .map(|bytes| parse_environ(&bytes))
-            .unwrap_or_default();
-        let ppid = fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|status| parse_ppid(&status));
+        let environ = proc::environ(pid).unwrap_or_default();
+        let ppid = proc::parent(pid).ok().flatten();
         Some(ProcessFacts {
             pid,
             ppid,
@@ -507,38 +503,4 @@ fn yarn_application_id(container_id: &str) -> Option<String> {
     };
     let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     (numeric(cluster) && numeric(app)).then(|| format!("application_{cluster}_{app}"))
-}
-
-/// /proc/PID/cmdline: NUL-separated words (a trailing NUL ends the last).
-pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
-    let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
-    if bytes.is_empty() {
-        return Vec::new();
-    }
-    bytes
-        .split(|&b| b == 0)
-        .map(|word| String::from_utf8_lossy(word).into_owned())
-        .collect()
-}
-
-/// /proc/PID/environ: NUL-separated `KEY=value` pairs; entries without `=`
-/// are dropped.
-pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
-    bytes
-        .split(|&b| b == 0)
-        .filter_map(|entry| {
-            let entry = String::from_utf8_lossy(entry);
-            let (key, value) = entry.split_once('=')?;
-            Some((key.to_owned(), value.to_owned()))
-        })
-        .collect()
-}
-
-/// `PPid:` from /proc/PID/status; `None` for 0 (no parent) or if missing.
-pub fn parse_ppid(status: &str) -> Option<u32> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("PPid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&ppid| ppid != 0)
 }

@@ -2,9 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
 
-use super::classify::{
-    ProcessFacts, classify, classify_pid, is_local_master, parse_cmdline, parse_environ, parse_ppid,
-};
+use super::classify::{ProcessFacts, classify, classify_pid, is_local_master};
 use super::driver::{
     DriverLink, ListeningSocket, driver_app_id, listening_sockets, match_driver, parse_driver_url,
     parse_proc_net_tcp,
@@ -305,25 +303,6 @@ fn plain_python() {
     for not_python in ["python3-config --libs", "ipython", "pythonw"] {
         assert_eq!(classify_cmd(not_python).role, Role::Other, "{not_python}");
     }
-}
-
-#[test]
-fn proc_file_parsing() {
-    assert_eq!(
-        parse_cmdline(b"python3\0-m\0pyspark.daemon\0"),
-        vec!["python3", "-m", "pyspark.daemon"]
-    );
-    assert_eq!(parse_cmdline(b"a\0\0b"), vec!["a", "", "b"]);
-    assert!(parse_cmdline(b"").is_empty());
-    assert!(parse_cmdline(b"\0").is_empty());
-    assert_eq!(
-        parse_environ(b"A=1\0B=x=y\0junk\0C=\0"),
-        env(&[("A", "1"), ("B", "x=y"), ("C", "")])
-    );
-    let status = "Name:\tjava\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nNgid:\t0\nPid:\t42\nPPid:\t7\n";
-    assert_eq!(parse_ppid(status), Some(7));
-    assert_eq!(parse_ppid("Name:\tinit\nPPid:\t0\n"), None);
-    assert_eq!(parse_ppid("garbage"), None);
 }
 
 #[test]

@@ -16,14 +16,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use perf_maps::{AttachError, Jvm, MapError, PerfMapFile, Refused, TrustPolicy, attach};
+use perf_maps::{
+    Jvm, MapError, PerfMapFile, Refused, TrustPolicy, attach,
+    attach::{AttachBackoff, Retry},
+};
 use tracing::{debug, info, warn};
 
 use super::types::JitOptions;
 use crate::enrich::ProcessInfo;
-
-/// Failed dumps in a row after which a JVM is left alone.
-const MAX_FAILURES: u32 = 3;
 
 /// Timer jitter allowed when comparing the time since the last dump with an
 /// interval. Dumps are asked for at most once per drain, and drains come
@@ -57,7 +57,7 @@ pub struct JvmResolver {
     /// JVM's attach listener), for the dump budget.
     last_dump_cost: Option<Duration>,
     dumps: u32,
-    failures: u32,
+    backoff: AttachBackoff,
     refusal_logged: bool,
     alive: bool,
     /// Where the map is seen from our mount namespace once the process is
@@ -129,7 +129,7 @@ impl JvmResolver {
             last_dump: None,
             last_dump_cost: None,
             dumps: 0,
-            failures: 0,
+            backoff: AttachBackoff::default(),
             refusal_logged: false,
             alive: true,
         }
@@ -164,7 +164,7 @@ impl JvmResolver {
         }
         let since = self.last_dump.map(|t| t.elapsed());
         let at_least = |interval: Duration| since.is_none_or(|s| s + INTERVAL_SLACK >= interval);
-        if !at_least(options.min_dump_interval.max(backoff(self.failures))) {
+        if !at_least(options.min_dump_interval.max(self.backoff.wait())) {
             return false;
         }
         if !reasons.final_pass
@@ -197,27 +197,19 @@ impl JvmResolver {
                     self.last_dump_cost = Some(started.elapsed());
                 }
                 self.dumps += 1;
-                self.failures = 0;
+                self.backoff.succeeded();
                 true
             }
             Err(err) => {
-                self.failures += 1;
-                match &err {
-                    AttachError::ProcessExited { .. } | AttachError::NoSuchProcess { .. } => {
+                match self.backoff.failed(&err) {
+                    Retry::Gone => {
                         self.alive = false;
                         debug!(pid = self.pid, "JVM exited during attach");
                     }
-                    AttachError::StillStarting { .. }
-                    | AttachError::NoSigquitHandler { .. }
-                    | AttachError::ListenerTimeout { .. }
-                    | AttachError::Timeout { .. }
-                    | AttachError::Os { .. }
-                    | AttachError::Protocol { .. }
-                        if self.failures < MAX_FAILURES =>
-                    {
+                    Retry::Later => {
                         debug!(pid = self.pid, "perf map request failed, will retry: {err}");
                     }
-                    _ => {
+                    Retry::Never => {
                         warn!(pid = self.pid, "JVM perf map not refreshed: {err}");
                         self.ability = DumpAbility::No(err.to_string());
                     }
@@ -274,14 +266,6 @@ fn budget_interval(cost: Option<Duration>, budget: f64) -> Duration {
         Some(cost) if budget > 0.0 => cost.div_f64(budget.min(1.0)),
         _ => Duration::ZERO,
     }
-}
-
-/// Waiting time after `failures` failed requests in a row.
-fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(match failures {
-        0 => 0,
-        n => 2u64.pow(n.min(5)),
-    })
 }
 
 #[cfg(test)]
