@@ -158,17 +158,7 @@ fn kallsyms_readable() -> bool {
 pub fn jvms() -> Vec<JvmReport> {
     let mut found = Vec::new();
     let mut rename_symbols = HashMap::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in crate::sys::proc::pids() {
         let Ok(maps) = crate::sys::proc::read_maps(pid) else {
             continue;
         };

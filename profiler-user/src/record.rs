@@ -16,7 +16,7 @@ use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
     enrich::{Enricher, ProcessInfo, jvm_threads::DumpPolicy},
     symbolize::{Symbolizer, jvm::JitOptions, python::PythonProcess},
-    sys::{caps::Capabilities, sysctl},
+    sys::{caps::Capabilities, proc, sysctl},
     write::{
         WriteOptions, Writer,
         index::Header,
@@ -257,14 +257,8 @@ impl Pipeline {
 /// A `--pid` must be a user process that exists now (a kernel thread has
 /// no user stacks, and a process that is gone would record nothing).
 fn check_target(pid: u32) -> Result<(), RecordError> {
-    /// `PF_KTHREAD` in `/proc/PID/stat`'s flags.
-    const PF_KTHREAD: u32 = 0x0020_0000;
-    let stat = i32::try_from(pid)
-        .ok()
-        .and_then(|pid| procfs::process::Process::new(pid).ok())
-        .and_then(|process| process.stat().ok())
-        .ok_or(RecordError::NoSuchProcess(pid))?;
-    if stat.flags & PF_KTHREAD != 0 {
+    let stat = proc::stat(pid).map_err(|_| RecordError::NoSuchProcess(pid))?;
+    if stat.kernel_thread {
         return Err(RecordError::KernelThread(pid, stat.comm));
     }
     Ok(())

@@ -610,21 +610,13 @@ fn signal_dispatcher_ready(pid: u32) -> bool {
 /// Time since the process started (`starttime` in `/proc/PID/stat`, against
 /// `/proc/uptime`).
 fn process_age(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the `(comm)`, which may itself contain spaces or ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    // starttime is field 22; `after` starts at field 3.
-    let start_ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+    let start_ticks = discovery::process(pid).ok()?.stat().ok()?.starttime;
+    let uptime = <procfs::Uptime as procfs::Current>::current()
         .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let started = Duration::from_secs_f64(start_ticks as f64 / hz.max(1) as f64);
-    Duration::from_secs_f64(uptime).checked_sub(started)
+        .uptime_duration();
+    let started =
+        Duration::from_secs_f64(start_ticks as f64 / procfs::ticks_per_second().max(1) as f64);
+    uptime.checked_sub(started)
 }
 
 /// The JVM options sparkprof cares about, as the JVM would take them.

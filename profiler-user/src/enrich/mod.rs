@@ -18,7 +18,7 @@ pub mod jvm_threads;
 pub mod spark;
 pub mod threads;
 
-use std::{collections::HashMap, fs, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
 use jvm_threads::{DumpPolicy, EpochReader, ThreadDumper};
 use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
@@ -30,9 +30,6 @@ use crate::collect::{
     thread_names::{NameFeed, RenameSource},
 };
 use crate::sys::proc::{self, MapPath, Mapping};
-
-/// `PF_KTHREAD` in the flags field of /proc/PID/stat.
-const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// What the pipeline knows about one process.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,15 +53,7 @@ impl ProcessInfo {
     /// When it started, from its start ticks; `None` when they are unknown
     /// (it was gone before it could be read).
     pub fn started(&self) -> Option<std::time::SystemTime> {
-        if self.start_ticks == 0 {
-            return None;
-        }
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-            .ok()
-            .filter(|&hz| hz > 0)?;
-        let since_boot =
-            std::time::Duration::from_nanos(self.start_ticks.saturating_mul(1_000_000_000 / hz));
-        boot_time().map(|boot| boot + since_boot)
+        proc::started_at(self.start_ticks)
     }
 
     /// A JVM or a Python interpreter: the processes whose off-CPU time is
@@ -198,14 +187,8 @@ impl Enricher {
     /// Every process running on the host now, identified and cached, so the
     /// caller can watch them (renames, off-CPU time) before sampling starts.
     pub fn running_processes(&mut self) -> Vec<Arc<ProcessInfo>> {
-        let Ok(entries) = fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        let pids: Vec<u32> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
-            .collect();
-        pids.into_iter()
+        proc::pids()
+            .into_iter()
             .filter_map(|pid| self.identify(pid))
             .collect()
     }
@@ -377,7 +360,7 @@ impl Enricher {
         // Forget processes that are gone or whose PID now names another process.
         let mut exited: Vec<Arc<ProcessInfo>> = self.gone.drain().map(|(_, info)| info).collect();
         self.processes.retain(|pid, info| {
-            let alive = read_stat(*pid).is_some_and(|stat| stat.start_ticks == info.start_ticks);
+            let alive = proc::stat(*pid).is_ok_and(|stat| stat.start_ticks == info.start_ticks);
             if !alive {
                 exited.push(info.clone());
             }
@@ -398,31 +381,9 @@ impl Enricher {
     }
 }
 
-struct Stat {
-    start_ticks: u64,
-    flags: u64,
-}
-
-/// Parses the fields we need from /proc/PID/stat. The comm (field 2) may hold
-/// spaces and parentheses, so fields are counted from the last `)`.
-fn parse_stat(text: &str) -> Option<Stat> {
-    let after_comm = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // after_comm starts at field 3 (state): flags is field 9, starttime field 22.
-    Some(Stat {
-        flags: fields.get(6)?.parse().ok()?,
-        start_ticks: fields.get(19)?.parse().ok()?,
-    })
-}
-
-fn read_stat(pid: u32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
 fn read_process(pid: u32) -> Option<ProcessInfo> {
-    let stat = read_stat(pid)?;
-    let name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    let kernel_thread = stat.flags & PF_KTHREAD != 0;
+    let stat = proc::stat(pid).ok()?;
+    let kernel_thread = stat.kernel_thread;
     let runtime = if kernel_thread {
         Runtime::Native
     } else {
@@ -436,34 +397,10 @@ fn read_process(pid: u32) -> Option<ProcessInfo> {
     Some(ProcessInfo {
         pid,
         start_ticks: stat.start_ticks,
-        name: name.trim_end_matches('\n').to_owned(),
+        name: stat.comm,
         kernel_thread,
         runtime,
         spark,
-    })
-}
-
-/// The wall-clock time of boot, to the nanosecond: now, less the time since
-/// boot on the clock that `/proc/PID/stat`'s start times count on
-/// (`CLOCK_BOOTTIME`). Read once: both clocks advance alike (a later step of
-/// the wall clock is not followed, which is right for ordering within one
-/// recording).
-fn boot_time() -> Option<std::time::SystemTime> {
-    static BOOT: std::sync::OnceLock<Option<std::time::SystemTime>> = std::sync::OnceLock::new();
-    *BOOT.get_or_init(|| {
-        let mut since_boot = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid clock id and a pointer to a timespec we own.
-        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut since_boot) } != 0 {
-            return None;
-        }
-        let since_boot = std::time::Duration::new(
-            u64::try_from(since_boot.tv_sec).ok()?,
-            u32::try_from(since_boot.tv_nsec).ok()?,
-        );
-        std::time::SystemTime::now().checked_sub(since_boot)
     })
 }
 
@@ -489,15 +426,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_stat_with_hostile_comm() {
-        let text =
-            "1234 (a) b) (c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 200";
-        let stat = parse_stat(text).unwrap();
-        assert_eq!(stat.flags, 4194560);
-        assert_eq!(stat.start_ticks, 987654);
-    }
-
-    #[test]
     fn recognizes_a_jvm_from_its_mappings() {
         let maps = |text: &str| proc::parse_maps(text).unwrap();
         assert_eq!(
@@ -519,13 +447,5 @@ mod tests {
             Runtime::Native,
             "a replaced libjvm.so"
         );
-    }
-
-    #[test]
-    fn reads_this_process() {
-        let me = std::process::id();
-        let stat = read_stat(me).unwrap();
-        assert!(stat.start_ticks > 0);
-        assert_eq!(stat.flags & PF_KTHREAD, 0);
     }
 }

@@ -4,12 +4,14 @@
 //! runtime recognition, `doctor`) sees the same mappings and takes
 //! `(deleted)` off a path the same way, each filtering the list for what it
 //! needs; its threads' ids inside and outside its PID namespace; its
-//! command line, environment and parent.
+//! command line, environment, parent, comm and start time.
 
 use std::{
     collections::HashMap,
     io,
     path::{Path, PathBuf},
+    sync::OnceLock,
+    time::{Duration, SystemTime},
 };
 
 use procfs::{
@@ -146,6 +148,71 @@ pub fn namespace_threads(pid: u32) -> io::Result<HashMap<u32, u32>> {
     Ok(threads)
 }
 
+/// The processes running now, by PID.
+pub fn pids() -> Vec<u32> {
+    let Ok(processes) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    processes
+        .flatten()
+        .filter_map(|process| u32::try_from(process.pid).ok())
+        .collect()
+}
+
+/// What sparkprof uses of `/proc/PID/stat`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The comm.
+    pub comm: String,
+    /// Start time in clock ticks since boot: with the PID it identifies the
+    /// process across PID reuse.
+    pub start_ticks: u64,
+    /// A kernel thread (`PF_KTHREAD`): no user address space.
+    pub kernel_thread: bool,
+}
+
+/// `PF_KTHREAD` in the flags field of /proc/PID/stat.
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// A process's `/proc/PID/stat`.
+pub fn stat(pid: u32) -> io::Result<ProcStat> {
+    let stat = process(pid)?.stat().map_err(io_error)?;
+    Ok(ProcStat {
+        comm: stat.comm,
+        start_ticks: stat.starttime,
+        kernel_thread: stat.flags & PF_KTHREAD != 0,
+    })
+}
+
+/// The wall-clock time a process with these start ticks started; `None`
+/// for 0 (unknown). Boot time is taken to the nanosecond, as now less the
+/// time since boot on the clock start times count on (`CLOCK_BOOTTIME`),
+/// once: both clocks advance alike (a later step of the wall clock is not
+/// followed, which is right for ordering within one run).
+pub fn started_at(start_ticks: u64) -> Option<SystemTime> {
+    static BOOT: OnceLock<Option<SystemTime>> = OnceLock::new();
+    if start_ticks == 0 {
+        return None;
+    }
+    let boot = (*BOOT.get_or_init(|| {
+        let mut since_boot = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock id and a pointer to a timespec we own.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut since_boot) } != 0 {
+            return None;
+        }
+        let since_boot = Duration::new(
+            u64::try_from(since_boot.tv_sec).ok()?,
+            u32::try_from(since_boot.tv_nsec).ok()?,
+        );
+        SystemTime::now().checked_sub(since_boot)
+    }))?;
+    let hz = procfs::ticks_per_second().max(1);
+    Some(boot + Duration::from_nanos(start_ticks.saturating_mul(1_000_000_000 / hz)))
+}
+
 /// A process's command line, word by word (empty for a kernel thread or a
 /// zombie).
 pub fn cmdline(pid: u32) -> io::Result<Vec<String>> {
@@ -245,6 +312,22 @@ mod tests {
         );
         let gone = read_maps(u32::MAX >> 2).unwrap_err();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound, "{gone}");
+    }
+
+    #[test]
+    fn our_stat_and_start_time() {
+        let me = stat(std::process::id()).unwrap();
+        assert!(!me.kernel_thread);
+        let all = pids();
+        assert!(
+            all.contains(&std::process::id()) && all.contains(&1),
+            "{all:?}"
+        );
+        let started = started_at(me.start_ticks).unwrap();
+        let age = SystemTime::now().duration_since(started).unwrap();
+        assert!(age < Duration::from_secs(3600), "started {age:?} ago");
+        assert!(stat(2).unwrap().kernel_thread, "kthreadd");
+        assert_eq!(started_at(0), None);
     }
 
     #[test]

@@ -308,22 +308,10 @@ pub mod audit {
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    /// When this process started (a lower bound of every sample), from
-    /// `/proc/self/stat` and the boot time in `/proc/stat`.
+    /// When this process started (a lower bound of every sample).
     fn process_start_ns() -> Option<u64> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let after_comm = &stat[stat.rfind(')')? + 1..];
-        // Field 22 (starttime) is the 20th after the command name.
-        let ticks: u64 = after_comm.split_whitespace().nth(19)?.parse().ok()?;
-        let btime: u64 = std::fs::read_to_string("/proc/stat")
-            .ok()?
-            .lines()
-            .find_map(|line| line.strip_prefix("btime "))?
-            .trim()
-            .parse()
-            .ok()?;
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-        Some(btime * 1_000_000_000 + ticks * (1_000_000_000 / hz.max(1)))
+        let stat = crate::sys::proc::stat(std::process::id()).ok()?;
+        crate::sys::proc::started_at(stat.start_ticks).map(unix_ns)
     }
 }
 
