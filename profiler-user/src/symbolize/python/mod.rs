@@ -23,14 +23,22 @@
 //!   against address reuse) and the version's line table.
 //!
 //! Shaped like the other symbol sources: [`types`] (versions, the offset
-//! table, errors), [`parser`] (reading a process: the interpreter module,
-//! structs, code objects, strings, line tables, and a userspace copy of the
-//! kernel's frame walk), [`resolver`] (one process: cache and public API).
+//! table, errors); reading a process, a concern per module: [`memory`]
+//! (`process_vm_readv`), [`process`] (its /proc entry), [`module`] (the
+//! interpreter's ELF file and version), [`objects`] (strings and code
+//! objects), [`line_table`] (instruction to line), [`threads`] (interpreters,
+//! thread states, and a userspace copy of the kernel's frame walk); and
+//! [`resolver`] (one process: cache and public API).
 //! All target memory is read with `process_vm_readv` and treated as
 //! hostile (bounded walks and lengths, objects checked against their type).
 
-pub mod parser;
+pub mod line_table;
+pub mod memory;
+pub mod module;
+pub mod objects;
+pub mod process;
 pub mod resolver;
+pub mod threads;
 pub mod types;
 
 #[cfg(test)]

@@ -16,10 +16,11 @@ use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
 use tracing::{debug, warn};
 
 use super::{
-    parser::{
-        self, CodeHeader, CodeInfo, FileMapping, FileNameVersion, Memory, ObjectReader,
-        TypeAddresses,
-    },
+    memory::{self, Memory},
+    module::{self, FileNameVersion},
+    objects::{CodeHeader, CodeInfo, ObjectReader, TypeAddresses},
+    process::{self, FileMapping},
+    threads,
     types::{
         DEBUG_COOKIE, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_READ_LEN,
         DEBUG_OFFSETS_VERSION, PythonError, PythonVersion, StructOffsets,
@@ -92,7 +93,7 @@ impl PythonProcess {
     /// is unsupported (said in a debug log); `Err` only for real errors
     /// (process gone, files unreadable).
     pub fn probe(pid: u32) -> Result<Option<PythonProcess>, PythonError> {
-        let mappings = parser::read_file_mappings(pid)?;
+        let mappings = process::read_file_mappings(pid)?;
         if mappings.is_empty() {
             debug!(
                 pid,
@@ -101,13 +102,13 @@ impl PythonProcess {
             return Ok(None);
         }
         let mut first_error = None;
-        for path in parser::candidate_modules(pid, &mappings)? {
+        for path in module::candidate_modules(pid, &mappings)? {
             let module_maps: Vec<&FileMapping> =
                 mappings.iter().filter(|m| m.path == path).collect();
             let Some(&first) = module_maps.first() else {
                 continue;
             };
-            let symbols = match parser::module_symbols(pid, first) {
+            let symbols = match module::module_symbols(pid, first) {
                 Ok(symbols) => symbols,
                 Err(e) if e.is_process_gone() => return Err(e),
                 Err(e) => {
@@ -125,8 +126,8 @@ impl PythonProcess {
             };
             let memory = Memory::new(pid);
             let runtime = runtime.wrapping_add(bias);
-            let name = parser::file_name(&path);
-            let from_name = parser::version_from_file_name(name);
+            let name = module::file_name(&path);
+            let from_name = module::version_from_file_name(name);
             let from_symbol = match symbols
                 .py_version
                 .map(|address| memory.read_u64(address.wrapping_add(bias)))
@@ -246,7 +247,7 @@ impl PythonProcess {
     /// (the main interpreter's).
     pub fn threads(&self) -> Result<Vec<(u32, u64)>, PythonError> {
         let memory = &self.reader.memory;
-        let mut raw = parser::list_thread_states(memory, self.offsets, self.runtime)?;
+        let mut raw = threads::list_thread_states(memory, self.offsets, self.runtime)?;
         // A thread that runs code in a sub-interpreter has a thread state in
         // each interpreter, and the first listed for a thread is the one
         // kept: on 3.13+ the active one goes first, the others keep the
@@ -259,7 +260,7 @@ impl PythonProcess {
         if self.offsets.version >= PythonVersion::new(3, 13) {
             raw.sort_by_key(|thread| thread.active != Some(true));
         }
-        let live = parser::live_threads(self.pid)?;
+        let live = process::live_threads(self.pid)?;
         let mut result = Vec::with_capacity(raw.len());
         let mut listed = HashSet::new();
         let mut via_pthread = Vec::new();
@@ -278,7 +279,7 @@ impl PythonProcess {
             let offset = match self.pthread_tid_offset.load(Ordering::Relaxed) {
                 PY_NO_OFFSET => {
                     let pthreads: Vec<u64> = via_pthread.iter().map(|t| t.pthread).collect();
-                    let found = parser::calibrate_pthread_tid(memory, &pthreads, &live)?;
+                    let found = threads::calibrate_pthread_tid(memory, &pthreads, &live)?;
                     match found {
                         Some(offset) => {
                             debug!(pid = self.pid, offset, "tid offset in struct pthread");
@@ -293,7 +294,7 @@ impl PythonProcess {
             for thread in via_pthread {
                 let tid = match offset {
                     Some(offset) if thread.pthread != 0 => {
-                        match parser::pthread_tid(memory, thread.pthread, offset) {
+                        match threads::pthread_tid(memory, thread.pthread, offset) {
                             Ok(tid) => Some(tid),
                             Err(e) if e.is_process_gone() => return Err(e),
                             Err(_) => None,
@@ -321,14 +322,14 @@ impl PythonProcess {
 
     /// The Python frames of one thread, innermost first, read in userspace
     /// exactly as the kernel walker reads them (see
-    /// [`parser::walk_frames`]): at most `max_frames`, and whether the chain
+    /// [`threads::walk_frames`]): at most `max_frames`, and whether the chain
     /// went on. For tests, and for checking what the kernel records.
     pub fn read_stack(
         &self,
         tstate: u64,
         max_frames: usize,
     ) -> Result<(Vec<PythonFrame>, bool), PythonError> {
-        parser::walk_frames(&self.reader.memory, self.offsets, tstate, max_frames)
+        threads::walk_frames(&self.reader.memory, self.offsets, tstate, max_frames)
     }
 
     /// Names a frame: `function (file.py:line)`, or `function (file.py)`
@@ -424,7 +425,7 @@ fn check_debug_offsets(
         );
         return Ok(false);
     }
-    let value = |position: u32| parser::field_u64(&block, position).unwrap_or(u64::MAX);
+    let value = |position: u32| memory::field_u64(&block, position).unwrap_or(u64::MAX);
     let version = PythonVersion::from_hex(value(DEBUG_OFFSETS_VERSION));
     if version != offsets.version {
         warn!(pid = memory.pid(), %version, "python 3.13 whose _Py_DebugOffsets say another version");

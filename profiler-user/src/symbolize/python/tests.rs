@@ -18,7 +18,8 @@ use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, p
 
 use super::{
     PythonError, PythonProcess, StructOffsets,
-    parser::{self, Memory},
+    memory::Memory,
+    module, threads,
     types::{ALL, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_VERSION},
 };
 
@@ -643,7 +644,7 @@ fn check_version(minor: u8) {
                     ..*offsets
                 };
                 let (all, _) =
-                    parser::walk_frames(&Memory::new(pid), &unchecked, tstate, PY_MAX_FRAMES)
+                    threads::walk_frames(&Memory::new(pid), &unchecked, tstate, PY_MAX_FRAMES)
                         .unwrap();
                 assert!(all.len() > stack.len(), "{context}: no shim frame seen");
             }
@@ -792,7 +793,7 @@ fn installed_libraries_have_symbols_and_versions() {
             .unwrap()
             .join(format!("lib/libpython3.{minor}.so.1.0"));
         let file = fs::File::open(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
-        let symbols = parser::ModuleSymbols::load(file, &lib).unwrap();
+        let symbols = module::ModuleSymbols::load(file, &lib).unwrap();
         assert!(symbols.runtime.is_some(), "{}", lib.display());
         assert!(symbols.code_type.is_some() && symbols.unicode_type.is_some());
         assert!(symbols.bytes_type.is_some());

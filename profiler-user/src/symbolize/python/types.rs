@@ -93,7 +93,7 @@ pub enum InstrFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StructOffsets {
     pub version: PythonVersion,
-    /// What the frame walkers read, the kernel's and `parser::walk_frames`:
+    /// What the frame walkers read, the kernel's and `threads::walk_frames`:
     /// the kernel gets it as it is. Its own doc says which field is what,
     /// per version.
     pub walk: PythonOffsets,
