@@ -14,7 +14,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
-    enrich::{Enricher, ProcessInfo, jvm_threads::DumpPolicy},
+    enrich::{Enricher, ProcessInfo, thread_dumps::DumpPolicy},
     symbolize::{Symbolizer, jvm::JitOptions, python::PythonProcess},
     sys::{caps::Capabilities, proc, sysctl},
     write::{

@@ -14,7 +14,7 @@ use std::{
 use sparkprof::collect::{
     Collector, CollectorConfig, RawStack, SampleKind,
     off_cpu::{OffCpuConfig, OffCpuState},
-    thread_names::{NameFeed, RenameSource},
+    renames::{NameFeed, RenameSource},
 };
 use sparkprof::enrich::Runtime;
 

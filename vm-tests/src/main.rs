@@ -49,7 +49,7 @@ use sparkprof::collect::{
     CollectError, Collector, CollectorConfig, Drain, RawPythonStack, RawSample, RawStack,
     SampleKind,
     off_cpu::{OffCpuConfig, OffCpuState},
-    thread_names::{NameFeed, RenameSource, ThreadRename},
+    renames::{NameFeed, RenameSource, ThreadRename},
 };
 use workload::Worker;
 

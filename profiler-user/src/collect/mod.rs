@@ -11,7 +11,7 @@ pub mod jvm_symbol;
 pub mod object;
 pub mod off_cpu;
 pub mod python;
-pub mod thread_names;
+pub mod renames;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -32,8 +32,8 @@ use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{BUFFER_STOPPED, PythonOffsets, SampleKey, names, stack_error, stat};
 use python::PythonMaps;
 pub use python::RawPythonStack;
+use renames::{NameFeed, RenameFeed, ThreadRename};
 use thiserror::Error;
-use thread_names::{NameFeed, RenameFeed, ThreadRename};
 use tracing::{debug, warn};
 
 /// How long to wait after flipping buffers before draining the idle one.

@@ -3,8 +3,8 @@
 //! Turns the collector's thread ids into *who*: the process (name, start time
 //! to tell a reused PID from the original, kernel thread or not, its Spark
 //! role, application and executor: [`spark`]) and the thread (its full name
-//! at the sample's name epoch: [`threads`], fed by the kernel's rename events
-//! and by thread dumps: [`jvm_threads`]; and the Spark task it ran).
+//! at the sample's name epoch: [`name_history`], fed by the kernel's rename events
+//! and by thread dumps: [`thread_dumps`]; and the Spark task it ran).
 //! Process facts are read from /proc once per process and cached; a process
 //! whose PID disappears, or comes back with another start time, is reported
 //! as exited so that later stages can drop what they cached for it.
@@ -14,20 +14,20 @@
 //! the caller can have the collector watch their renames), then
 //! [`Enricher::enrich`] names every sample.
 
-pub mod jvm_threads;
+pub mod name_history;
 pub mod spark;
-pub mod threads;
+pub mod thread_dumps;
 
 use std::{collections::HashMap, sync::Arc};
 
-use jvm_threads::{DumpPolicy, EpochReader, ThreadDumper};
+use name_history::ThreadNames;
 use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
-use threads::ThreadNames;
+use thread_dumps::{DumpPolicy, EpochReader, ThreadDumper};
 use tracing::debug;
 
 use crate::collect::{
     Drain, RawSample, RawStack,
-    thread_names::{NameFeed, RenameSource},
+    renames::{NameFeed, RenameSource},
 };
 use crate::sys::proc::{self, MapPath, Mapping};
 

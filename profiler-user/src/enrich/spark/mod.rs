@@ -9,7 +9,7 @@
 //!   [`classify_pid`] reads /proc).
 //! - [`driver`]: a driver's application ID, which is not on its command
 //!   line, matched through the executors that connect to it.
-//! - [`thread_name`]: the task, stage and task ID in an executor thread's
+//! - [`task_thread`]: the task, stage and task ID in an executor thread's
 //!   full name ([`TaskThread`]).
 //!
 //! Everything here is pure or reads /proc only; nothing attaches to a JVM.
@@ -18,7 +18,7 @@
 
 pub mod classify;
 pub mod driver;
-pub mod thread_name;
+pub mod task_thread;
 pub mod types;
 
 #[cfg(test)]
@@ -26,5 +26,5 @@ mod tests;
 
 pub use classify::{ProcessFacts, classify, classify_pid};
 pub use driver::{DriverLink, driver_app_id};
-pub use thread_name::TaskThread;
+pub use task_thread::TaskThread;
 pub use types::{Role, SparkProcess};

@@ -21,7 +21,7 @@ use perf_maps::{
 };
 use tracing::{debug, info};
 
-use crate::collect::thread_names::NameFeed;
+use crate::collect::renames::NameFeed;
 
 /// When thread dumps are taken.
 #[derive(Debug, Clone)]

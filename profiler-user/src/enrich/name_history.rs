@@ -18,8 +18,8 @@ use std::{
     time::SystemTime,
 };
 
-use super::jvm_threads::DumpedThread;
-use crate::collect::thread_names::{RenameSource, ThreadRename};
+use super::thread_dumps::DumpedThread;
+use crate::collect::renames::{RenameSource, ThreadRename};
 
 /// Bytes of a Linux comm without its NUL: what a long name is cut to.
 const COMM_BYTES: usize = 15;
