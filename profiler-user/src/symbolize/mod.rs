@@ -349,12 +349,17 @@ impl Symbolizer {
         frames
     }
 
+    /// The name [`Self::name_trampolines`] gave an address of a process.
+    pub fn trampoline_name(&self, pid: u32, addr: u64) -> Option<&str> {
+        self.trampoline_names.get(&(pid, addr)).map(|name| &**name)
+    }
+
     /// Names the addresses of a CPython process that lie in its `-X perf`
     /// trampolines (anonymous executable memory listed in its perf map,
     /// trusted as the JVMs' maps are) and returns the others. Most Python
     /// processes write no perf map: for them only the map's absence is
     /// checked, not their memory map.
-    fn name_trampolines(&mut self, pid: u32, addrs: Vec<u64>) -> Vec<u64> {
+    pub fn name_trampolines(&mut self, pid: u32, addrs: Vec<u64>) -> Vec<u64> {
         let map = match self.trampolines.entry(pid) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => match PerfMapFile::for_pid(pid) {

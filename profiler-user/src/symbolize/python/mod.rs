@@ -41,8 +41,5 @@ pub mod resolver;
 pub mod threads;
 pub mod types;
 
-#[cfg(test)]
-mod tests;
-
 pub use resolver::{FrameLocation, PythonProcess};
 pub use types::{PythonError, PythonVersion, StructOffsets};

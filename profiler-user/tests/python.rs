@@ -1,7 +1,8 @@
-//! Tests against the real interpreters installed under
-//! `/root/.pyenv/versions` (3.8 to 3.13) and the real headers they ship.
-//! They run as root (reading another process's memory) and fail, never
-//! skip, when an interpreter or gcc is missing.
+//! The Python symbol source (`sparkprof::symbolize::python`) against the
+//! real interpreters installed under `/root/.pyenv/versions` (3.8 to 3.13)
+//! and the real headers they ship: an integration suite. It runs as root
+//! (reading another process's memory) and fails, never skips, when an
+//! interpreter or gcc is missing.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -16,11 +17,15 @@ use std::{
 
 use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
 
-use super::{
-    PythonError, PythonProcess, StructOffsets,
-    memory::Memory,
-    module, threads,
-    types::{ALL, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_VERSION},
+use rstest::rstest;
+use sparkprof::symbolize::{
+    Symbolizer,
+    python::{
+        PythonError, PythonProcess, PythonVersion, StructOffsets,
+        memory::Memory,
+        module, threads,
+        types::{ALL, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_VERSION},
+    },
 };
 
 const PYENV: &str = "/root/.pyenv/versions";
@@ -750,34 +755,9 @@ fn check_version(minor: u8) {
     assert!(PythonProcess::probe(pid).is_err());
 }
 
-#[test]
-fn python_3_8() {
-    check_version(8);
-}
-
-#[test]
-fn python_3_9() {
-    check_version(9);
-}
-
-#[test]
-fn python_3_10() {
-    check_version(10);
-}
-
-#[test]
-fn python_3_11() {
-    check_version(11);
-}
-
-#[test]
-fn python_3_12() {
-    check_version(12);
-}
-
-#[test]
-fn python_3_13() {
-    check_version(13);
+#[rstest]
+fn every_version_end_to_end(#[values(8, 9, 10, 11, 12, 13)] minor: u8) {
+    check_version(minor);
 }
 
 /// The symbols and version of every installed libpython, as a probe
@@ -803,7 +783,7 @@ fn installed_libraries_have_symbols_and_versions() {
         } else {
             assert_eq!(
                 symbols.marker_version,
-                Some(super::PythonVersion::new(3, minor)),
+                Some(PythonVersion::new(3, minor)),
                 "{}",
                 lib.display()
             );
@@ -934,14 +914,9 @@ fn check_pid_namespace(minor: u8) {
     );
 }
 
-#[test]
-fn pid_namespace_3_9() {
-    check_pid_namespace(9);
-}
-
-#[test]
-fn pid_namespace_3_12() {
-    check_pid_namespace(12);
+#[rstest]
+fn in_a_pid_namespace(#[values(9, 12)] minor: u8) {
+    check_pid_namespace(minor);
 }
 
 /// A container's view: CPython 3.`minor` runs in its own mount and PID
@@ -1014,14 +989,9 @@ fn check_mount_namespace(minor: u8) {
     );
 }
 
-#[test]
-fn mount_namespace_3_9() {
-    check_mount_namespace(9);
-}
-
-#[test]
-fn mount_namespace_3_12() {
-    check_mount_namespace(12);
+#[rstest]
+fn in_a_container(#[values(9, 12)] minor: u8) {
+    check_mount_namespace(minor);
 }
 
 /// A thread that runs code in a sub-interpreter (3.12's
@@ -1111,14 +1081,9 @@ fn check_sub_interpreter(minor: u8) {
     }
 }
 
-#[test]
-fn sub_interpreter_3_12() {
-    check_sub_interpreter(12);
-}
-
-#[test]
-fn sub_interpreter_3_13() {
-    check_sub_interpreter(13);
+#[rstest]
+fn in_a_sub_interpreter(#[values(12, 13)] minor: u8) {
+    check_sub_interpreter(minor);
 }
 
 /// Debian's own `/usr/bin/python3.11` links libpython statically: the
@@ -1185,19 +1150,23 @@ fn exited_process_is_an_error() {
 }
 
 /// Every process on the host probes without a panic, and only a process
-/// that exited meanwhile is an error.
+/// that exited meanwhile (or that this root may not read) is an error;
+/// among them, a Python process started for the test is found, with its
+/// thread and its sleeping function named.
 #[test]
 fn every_process_on_the_host_probes() {
+    let mut command = Command::new(interpreter(12));
+    command.args([
+        "-I",
+        "-c",
+        "import time\ndef host_probe_nap():\n    print('ready', flush=True)\n    while True:\n        time.sleep(0.05)\nhost_probe_nap()\n",
+    ]);
+    let ours = Started::spawn(command);
+    assert_eq!(ours.line(), "ready");
     let start = Instant::now();
     let (mut found, mut probed, mut denied) = (0, 0, 0);
-    for entry in fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    let mut our_names: Vec<String> = Vec::new();
+    for pid in sparkprof::sys::proc::pids() {
         probed += 1;
         match PythonProcess::probe(pid) {
             Ok(Some(mut process)) => {
@@ -1212,11 +1181,16 @@ fn every_process_on_the_host_probes() {
                         continue;
                     };
                     for frame in frames {
-                        let _ = process.frame_name(&frame);
+                        let name = process.frame_name(&frame);
+                        if pid == ours.pid()
+                            && let Ok(name) = name
+                        {
+                            our_names.push(name);
+                        }
                     }
                 }
             }
-            Ok(None) => {}
+            Ok(None) => assert_ne!(pid, ours.pid(), "the test's own Python was not found"),
             Err(e) if e.is_process_gone() => {}
             // Processes this root may not read (here: pid 1, outside
             // this machine's user namespace) are an error too, not a
@@ -1232,6 +1206,13 @@ fn every_process_on_the_host_probes() {
     eprintln!(
         "{probed} processes probed ({found} Python, {denied} unreadable) in {:?}",
         start.elapsed()
+    );
+    assert!(probed > 10 && found >= 1, "{probed} probed, {found} Python");
+    assert!(
+        our_names
+            .iter()
+            .any(|name| name.starts_with("host_probe_nap (")),
+        "the test's own Python named {our_names:?}"
     );
 }
 
@@ -1283,26 +1264,20 @@ fn perf_trampolines_are_named_from_a_trusted_map_only() {
     assert!(name.ends_with(":<string>"), "{name}");
     let inside = start + size / 2;
     // Address 1 is mapped nowhere: it goes on to the native symbolizer.
-    let mut symbolizer = crate::symbolize::Symbolizer::default();
+    let mut symbolizer = Symbolizer::default();
     assert_eq!(symbolizer.name_trampolines(pid, vec![inside, 1]), vec![1]);
-    assert_eq!(
-        symbolizer
-            .trampoline_names
-            .get(&(pid, inside))
-            .map(|n| &**n),
-        Some(name.as_str())
-    );
+    assert_eq!(symbolizer.trampoline_name(pid, inside), Some(name.as_str()));
 
     // The same map handed to another user is not trusted: the address is
     // left unnamed rather than named from a file its process did not own.
     let map = std::ffi::CString::new(format!("/tmp/perf-{pid}.map")).unwrap();
     // SAFETY: a NUL-terminated path; the test runs as root.
     assert_eq!(unsafe { libc::chown(map.as_ptr(), 65534, 65534) }, 0);
-    let mut symbolizer = crate::symbolize::Symbolizer::default();
+    let mut symbolizer = Symbolizer::default();
     assert_eq!(
         symbolizer.name_trampolines(pid, vec![inside, 1]),
         vec![1, inside]
     );
-    assert!(symbolizer.trampoline_names.is_empty());
+    assert_eq!(symbolizer.trampoline_name(pid, inside), None);
     let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
 }
