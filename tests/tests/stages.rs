@@ -5,17 +5,14 @@
 //! Stage S's method must land in stage S's file, tasks shorter than a second
 //! included.
 
-use std::{
-    collections::HashMap,
-    io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+use std::{collections::HashMap, path::Path};
+
+use sparkprof_tests::{
+    Host, Recorder, Recording, Stack,
+    fake_executor::{APP_ID, EXECUTOR_ID, FakeExecutor},
+    require_root,
 };
 
-use sparkprof_tests::{FAKE_EXECUTOR_JVM_FLAGS, Host, Recorder, Recording, Stack, require_root};
-
-const APP_ID: &str = "app-20261122101010-0042";
-const EXECUTOR_ID: &str = "7";
 /// The hot method of each stage, by stage ID.
 const STAGE_METHODS: [&str; 4] = [
     "stageZeroHot",
@@ -24,88 +21,13 @@ const STAGE_METHODS: [&str; 4] = [
     "stageThreeHot",
 ];
 
-/// Compiles the fake executor into a directory outside /tmp.
-fn classes() -> PathBuf {
+/// Starts the fake executor for `seconds` (compiled into a directory
+/// outside /tmp) and waits until its pool runs.
+fn start_executor(seconds: u32) -> FakeExecutor {
+    require_root();
     let dir = Path::new("/var/tmp").join(format!("sparkprof-test-executor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("workloads/spark/CoarseGrainedExecutorBackend.java");
-    let status = Command::new("javac")
-        .arg("-d")
-        .arg(&dir)
-        .arg(&source)
-        .status()
-        .expect("javac (a JDK) is required by the Spark tagging tests");
-    assert!(status.success(), "javac failed");
-    dir
-}
-
-/// The fake executor; killed on drop.
-struct FakeExecutor {
-    child: Child,
-}
-
-impl FakeExecutor {
-    /// Starts it for `seconds` and waits until its pool runs.
-    fn start(seconds: u32) -> Self {
-        require_root();
-        let classes = classes();
-        let mut child = Command::new("java")
-            // The test is about stages: JIT names must not drift.
-            .args(FAKE_EXECUTOR_JVM_FLAGS)
-            .arg("-cp")
-            .arg(&classes)
-            .arg("org.apache.spark.executor.CoarseGrainedExecutorBackend")
-            .args([
-                "--driver-url",
-                "spark://CoarseGrainedScheduler@127.0.0.1:1",
-                "--executor-id",
-                EXECUTOR_ID,
-                "--hostname",
-                "127.0.0.1",
-                "--cores",
-                "2",
-                "--app-id",
-                APP_ID,
-                "--resourceProfileId",
-                "0",
-                "--seconds",
-                &seconds.to_string(),
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("java is required by the Spark tagging tests");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the fake executor did not start");
-        Self { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for its end; returns how many tasks it ran.
-    fn wait(mut self) -> u64 {
-        let mut rest = String::new();
-        BufReader::new(self.child.stdout.take().unwrap())
-            .read_line(&mut rest)
-            .unwrap();
-        assert!(self.child.wait().unwrap().success());
-        rest.trim()
-            .strip_prefix("done ")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected end line {rest:?}"))
-    }
-}
-
-impl Drop for FakeExecutor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    let classes = FakeExecutor::compile(&dir).expect("the Spark tagging tests need a JDK");
+    FakeExecutor::start(&classes, seconds, &[]).expect("the fake executor starts")
 }
 
 /// Samples of each stage's hot method, by the stage of the file they landed
@@ -152,9 +74,9 @@ fn stage_files(recording: &Recording, pid: u32) -> Vec<&serde_json::Value> {
 fn task_samples_land_in_their_stage_files() {
     // sparkprof first, as on a worker host: the executor starts after it.
     let recorder = Recorder::start(&["--frequency", "199", "--task-frames"]);
-    let executor = FakeExecutor::start(10);
+    let executor = start_executor(10);
     let pid = executor.pid();
-    let tasks = executor.wait();
+    let tasks = executor.wait().expect("the fake executor ran");
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
 
@@ -235,13 +157,13 @@ fn thread_dump_names_never_put_a_task_in_the_wrong_stage() {
     // a sample that lands in a stage file must belong to that stage.
     // Run on a bare host (no tracefs): the tracepoint is BTF-typed and
     // needs none.
-    let executor = FakeExecutor::start(12);
+    let executor = start_executor(12);
     let pid = executor.pid();
     let recorder = Recorder::start_on(
         Host::Bare,
         &["--frequency", "199", "--thread-names", "dumps"],
     );
-    let tasks = executor.wait();
+    let tasks = executor.wait().expect("the fake executor ran");
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
     assert!(

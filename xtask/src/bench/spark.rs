@@ -18,15 +18,15 @@
 use std::{
     collections::BTreeMap,
     fs,
-    io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, Stdio},
+    path::Path,
+    process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 use sparkprof_tests::{
     Recorder, Recording,
+    fake_executor::FakeExecutor,
     spark::{Cluster, EventLog, SparkInstall},
 };
 
@@ -34,7 +34,7 @@ use super::{
     Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, spread_percent,
     wait_for_quiet_host, wait_for_quiet_host_within,
 };
-use crate::{run_cmd, workspace_root};
+use crate::workspace_root;
 
 /// Interleaved (unprofiled, profiled) job pairs unless `--runs` says otherwise.
 pub const DEFAULT_PAIRS: usize = 3;
@@ -66,8 +66,6 @@ const STAGE_METHODS: [&str; 4] = [
     "stageTwoHot",
     "stageThreeHot",
 ];
-const FAKE_APP_ID: &str = "app-20261122101010-0042";
-const FAKE_EXECUTOR_ID: &str = "7";
 
 /// Section 5's figures.
 pub struct SparkReport {
@@ -98,7 +96,8 @@ pub fn measure(bench: &Bench, pairs: usize) -> Result<SparkReport> {
             "[spark] the host stays busy ({busy:.0} % of one core): measuring anyway, noted in the report"
         ));
     }
-    let classes = compile_fake_executor(&dir)?;
+    let classes =
+        FakeExecutor::compile(&dir.join("classes")).context("compiling the fake executor")?;
     let mut attribution = Vec::new();
     for dumps_only in [false, true] {
         attribution.push(attribution_of(&classes, dumps_only)?);
@@ -267,97 +266,6 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
 
 // ---------------------------------------------------------------------------
 // 2. Stage attribution of the fake executor.
-
-fn compile_fake_executor(dir: &Path) -> Result<PathBuf> {
-    let classes = dir.join("classes");
-    fs::create_dir_all(&classes)?;
-    let source = workspace_root().join("tests/workloads/spark/CoarseGrainedExecutorBackend.java");
-    run_cmd(Command::new("javac").arg("-d").arg(&classes).arg(&source))
-        .context("compiling the fake executor (needs a JDK 17: javac)")?;
-    Ok(classes)
-}
-
-/// The fake executor, with the JVM flags of tests/tests/stages.rs; killed
-/// when dropped.
-struct FakeExecutor {
-    child: Child,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl FakeExecutor {
-    fn start(classes: &Path, seconds: u32, extra: &[String]) -> Result<Self> {
-        let mut child = Command::new("java")
-            .args(sparkprof_tests::FAKE_EXECUTOR_JVM_FLAGS)
-            .args(extra)
-            .arg("-cp")
-            .arg(classes)
-            .arg("org.apache.spark.executor.CoarseGrainedExecutorBackend")
-            .args([
-                "--driver-url",
-                "spark://CoarseGrainedScheduler@127.0.0.1:1",
-                "--executor-id",
-                FAKE_EXECUTOR_ID,
-                "--hostname",
-                "127.0.0.1",
-                "--cores",
-                "2",
-                "--app-id",
-                FAKE_APP_ID,
-                "--resourceProfileId",
-                "0",
-                "--seconds",
-                &seconds.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting the fake executor (java)")?;
-        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
-        let mut executor = Self { child, stdout };
-        let line = executor.line()?;
-        if line.trim() != "ready" {
-            bail!("the fake executor did not start: {line:?}");
-        }
-        Ok(executor)
-    }
-
-    fn line(&mut self) -> Result<String> {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line)?;
-        Ok(line)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for its end; returns how many tasks it ran.
-    fn wait(mut self) -> Result<u64> {
-        let line = self.line()?;
-        let status = self.child.wait()?;
-        if !status.success() {
-            bail!("the fake executor failed: {status}");
-        }
-        line.trim()
-            .strip_prefix("done ")
-            .and_then(|n| n.parse().ok())
-            .with_context(|| format!("unexpected end line {line:?} of the fake executor"))
-    }
-
-    /// SIGTERM, so that the JVM flushes its logs, then waits.
-    fn terminate(mut self) -> Result<()> {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait()?;
-        Ok(())
-    }
-}
-
-impl Drop for FakeExecutor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Where one stage's hot method's samples landed.
 #[derive(Default, Clone, Copy)]
