@@ -74,72 +74,43 @@ pub struct ProcStatus {
 }
 
 impl ProcStatus {
-    /// Reads and parses `/proc/PID/status`.
+    /// Reads `/proc/PID/status` (through the procfs crate).
     pub fn read(pid: u32) -> Result<Self, DiscoveryError> {
-        let text = read_proc(pid, "status")?;
-        Self::parse(pid, &String::from_utf8_lossy(&text))
+        let status = process(pid)?
+            .status()
+            .map_err(|err| proc_error(pid, "status", err))?;
+        Ok(Self::from_procfs(pid, status))
     }
 
     /// Parses the text of a status file.
     pub fn parse(pid: u32, text: &str) -> Result<Self, DiscoveryError> {
-        let mut st = ProcStatus {
-            pid,
-            name: String::new(),
-            state: '?',
-            nstgid: Vec::new(),
-            uid: [u32::MAX; 4],
-            gid: [u32::MAX; 4],
-            sig_cgt: 0,
-        };
-        let (mut have_uid, mut have_gid) = (false, false);
-        for line in text.lines() {
-            let Some((key, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            match key {
-                "Name" => st.name = value.to_owned(),
-                "State" => st.state = value.chars().next().unwrap_or('?'),
-                "NStgid" => {
-                    st.nstgid = value
-                        .split_whitespace()
-                        .map(str::parse)
-                        .collect::<Result<_, _>>()
-                        .map_err(|_| DiscoveryError::Malformed {
-                            pid,
-                            field: "NStgid",
-                        })?;
-                }
-                "Uid" => {
-                    st.uid =
-                        parse_ids(value).ok_or(DiscoveryError::Malformed { pid, field: "Uid" })?;
-                    have_uid = true;
-                }
-                "Gid" => {
-                    st.gid =
-                        parse_ids(value).ok_or(DiscoveryError::Malformed { pid, field: "Gid" })?;
-                    have_gid = true;
-                }
-                "SigCgt" => {
-                    st.sig_cgt =
-                        u64::from_str_radix(value, 16).map_err(|_| DiscoveryError::Malformed {
-                            pid,
-                            field: "SigCgt",
-                        })?;
-                }
-                _ => {}
+        use procfs::FromBufRead as _;
+        let status = procfs::process::Status::from_buf_read(text.as_bytes()).map_err(|_| {
+            DiscoveryError::Malformed {
+                pid,
+                field: "status",
             }
+        })?;
+        Ok(Self::from_procfs(pid, status))
+    }
+
+    fn from_procfs(pid: u32, status: procfs::process::Status) -> Self {
+        let nstgid: Vec<u32> = status
+            .nstgid
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|id| u32::try_from(id).ok())
+            .collect();
+        ProcStatus {
+            pid,
+            name: status.name,
+            state: status.state.chars().next().unwrap_or('?'),
+            // Kernels before 4.1 lack NStgid: then it is just the PID.
+            nstgid: if nstgid.is_empty() { vec![pid] } else { nstgid },
+            uid: [status.ruid, status.euid, status.suid, status.fuid],
+            gid: [status.rgid, status.egid, status.sgid, status.fgid],
+            sig_cgt: status.sigcgt,
         }
-        if !have_uid {
-            return Err(DiscoveryError::Malformed { pid, field: "Uid" });
-        }
-        if !have_gid {
-            return Err(DiscoveryError::Malformed { pid, field: "Gid" });
-        }
-        if st.nstgid.is_empty() {
-            st.nstgid.push(pid);
-        }
-        Ok(st)
     }
 
     /// The PID as the process sees itself (innermost PID namespace).
@@ -166,24 +137,6 @@ impl ProcStatus {
     pub fn has_exited(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
     }
-}
-
-fn parse_ids(v: &str) -> Option<[u32; 4]> {
-    let mut out = [0u32; 4];
-    let mut it = v.split_whitespace();
-    for slot in &mut out {
-        *slot = it.next()?.parse().ok()?;
-    }
-    Some(out)
-}
-
-/// Reads `/proc/PID/<file>`, mapping "no such file" to
-/// [`DiscoveryError::NoSuchProcess`].
-pub(crate) fn read_proc(pid: u32, file: &'static str) -> Result<Vec<u8>, DiscoveryError> {
-    std::fs::read(format!("/proc/{pid}/{file}")).map_err(|source| match source.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ESRCH) => DiscoveryError::NoSuchProcess { pid },
-        _ => DiscoveryError::Io { pid, file, source },
-    })
 }
 
 /// A process's /proc entry, through the procfs crate.
@@ -263,19 +216,32 @@ pub fn locate(pid: u32) -> Result<PerfMapLocation, DiscoveryError> {
 mod tests {
     use super::*;
 
-    const CONTAINER_STATUS: &str = "Name:\tjava\n\
-        Umask:\t0022\n\
-        State:\tS (sleeping)\n\
-        Tgid:\t4242\n\
-        NStgid:\t4242\t17\n\
-        Pid:\t4242\n\
-        Uid:\t1000\t1001\t1002\t1003\n\
-        Gid:\t2000\t2001\t2002\t2003\n\
-        SigCgt:\t0000000000000004\n";
+    /// A status file as the kernel writes it (the fields procfs requires),
+    /// with these values.
+    fn status(state: &str, nstgid: Option<&str>, uid: &str, gid: &str, sigcgt: &str) -> String {
+        let nstgid = nstgid
+            .map(|ids| format!("NStgid:\t{ids}\n"))
+            .unwrap_or_default();
+        format!(
+            "Name:\tjava\nUmask:\t0022\nState:\t{state}\nTgid:\t4242\nNgid:\t0\nPid:\t4242\n\
+             PPid:\t1\nTracerPid:\t0\nUid:\t{uid}\nGid:\t{gid}\nFDSize:\t64\nGroups:\t\n\
+             {nstgid}Threads:\t1\nSigQ:\t0/1000\nSigPnd:\t0000000000000000\n\
+             ShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n\
+             SigIgn:\t0000000000000000\nSigCgt:\t{sigcgt}\nCapInh:\t0000000000000000\n\
+             CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+        )
+    }
 
     #[test]
     fn parse_container_status() {
-        let st = ProcStatus::parse(4242, CONTAINER_STATUS).unwrap();
+        let text = status(
+            "S (sleeping)",
+            Some("4242\t17"),
+            "1000\t1001\t1002\t1003",
+            "2000\t2001\t2002\t2003",
+            "0000000000000004",
+        );
+        let st = ProcStatus::parse(4242, &text).unwrap();
         assert_eq!(st.ns_pid(), 17);
         assert_eq!(
             st.owner(),
@@ -297,8 +263,8 @@ mod tests {
 
     #[test]
     fn missing_nstgid_falls_back_to_pid() {
-        let st =
-            ProcStatus::parse(5, "Uid:\t0 0 0 0\nGid:\t0 0 0 0\nState:\tZ (zombie)\n").unwrap();
+        let text = status("Z (zombie)", None, "0 0 0 0", "0 0 0 0", "0000000000000000");
+        let st = ProcStatus::parse(5, &text).unwrap();
         assert_eq!(st.ns_pid(), 5);
         assert!(st.has_exited());
     }
@@ -306,7 +272,14 @@ mod tests {
     #[test]
     fn malformed_status() {
         assert!(ProcStatus::parse(1, "Gid:\t0 0 0 0\n").is_err());
-        assert!(ProcStatus::parse(1, "Uid:\t0 x 0 0\nGid:\t0 0 0 0\n").is_err());
+        let bad_uid = status(
+            "S (sleeping)",
+            None,
+            "0 x 0 0",
+            "0 0 0 0",
+            "0000000000000000",
+        );
+        assert!(ProcStatus::parse(1, &bad_uid).is_err());
     }
 
     #[test]
