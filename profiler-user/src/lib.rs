@@ -10,12 +10,14 @@
 //! reaches back into an earlier one. Two commands drive them: [`record`]
 //! wires the stages together, [`doctor`] reports what a recording would
 //! get on this host. [`sys`] (sysctls, capabilities) sits below all of
-//! them.
+//! them. Language runtimes ([`runtime`]) each own what a process in that
+//! runtime needs, driven by `record` beside the stages.
 
 pub mod collect;
 pub mod doctor;
 pub mod enrich;
 pub mod record;
+pub mod runtime;
 pub mod symbolize;
 pub mod sys;
 pub mod write;

@@ -3,19 +3,19 @@
 //! maps periodically and flushing output files along the way and at the end.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
     time::{Duration, Instant},
 };
 
 use thiserror::Error;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
     enrich::{Enricher, ProcessInfo, thread_dumps::DumpPolicy},
-    symbolize::{Symbolizer, jvm::JitOptions, python::PythonProcess},
+    runtime::{Runtime, python::PythonRuntime},
+    symbolize::{Symbolizer, jvm::JitOptions},
     sys::{caps::Capabilities, proc, sysctl},
     write::{
         WriteOptions, Writer,
@@ -131,14 +131,9 @@ struct Pipeline {
     enricher: Enricher,
     symbolizer: Symbolizer,
     writer: Writer,
-    /// Python processes not (yet) found to be CPython, with the probes
-    /// left: right after exec a process may not have libpython mapped yet.
-    python_retries: HashMap<u32, u8>,
+    /// CPython processes' frames.
+    python: PythonRuntime,
 }
-
-/// Drains over which a Python process whose interpreter was not found is
-/// probed again.
-const PYTHON_PROBES: u8 = 5;
 
 impl Pipeline {
     /// One drain through every stage.
@@ -164,78 +159,24 @@ impl Pipeline {
         if off_cpu && let Err(err) = self.collector.watch_off_cpu(process.pid) {
             warn!(pid = process.pid, "off-CPU time not recorded: {err}");
         }
-        if process.is_python() {
-            self.follow_python(process.pid);
-        }
-    }
-
-    /// Has the sampler follow a CPython process's Python frames, and the
-    /// symbolizer name them.
-    fn follow_python(&mut self, pid: u32) {
-        let retry = |pipeline: &mut Self| {
-            let left = pipeline.python_retries.entry(pid).or_insert(PYTHON_PROBES);
-            *left = left.saturating_sub(1);
-        };
-        match PythonProcess::probe(pid) {
-            Ok(Some(python)) => {
-                let (major, minor) = python.version();
-                match self.collector.watch_python(pid, &python.kernel_offsets()) {
-                    Ok(()) => {
-                        info!(pid, "Python {major}.{minor}: following its Python frames");
-                        // Its threads now, not only from the next drain on.
-                        match python.threads() {
-                            Ok(threads) => self.collector.set_python_threads(pid, &threads),
-                            Err(err) => debug!(pid, "Python threads not read yet: {err}"),
-                        }
-                        self.symbolizer.add_python(python);
-                    }
-                    Err(err) => warn!(pid, "Python frames not recorded: {err}"),
-                }
-                self.python_retries.remove(&pid);
-            }
-            Ok(None) => {
-                debug!(pid, "not (yet) a CPython this sparkprof can follow");
-                retry(self);
-            }
-            Err(err) => {
-                debug!(pid, "Python interpreter not read: {err}");
-                retry(self);
-            }
-        }
-    }
-
-    /// Probes again the Python processes whose interpreter was not found.
-    fn retry_pythons(&mut self) {
-        let due: Vec<u32> = self
-            .python_retries
-            .iter()
-            .filter(|&(_, &left)| left > 0)
-            .map(|(&pid, _)| pid)
-            .collect();
-        for pid in due {
-            self.follow_python(pid);
-        }
+        self.python.discovered(process, &mut self.collector);
     }
 
     fn process(&mut self, drain: crate::collect::Drain) {
         for process in self.enricher.discover(&drain) {
             self.watch(&process);
         }
-        self.retry_pythons();
-        // Python threads come and go: their thread states are read afresh
-        // every drain (a thread younger than that has no Python frames yet).
-        for (pid, threads) in self.symbolizer.python_threads() {
-            self.collector.set_python_threads(pid, &threads);
-        }
+        self.python.synchronize(&mut self.collector);
         let collector = &self.collector;
         let drain = self
             .enricher
             .enrich(drain, &|pid| collector.current_epochs(pid));
+        let drain = self.symbolizer.symbolize(drain, &mut self.python);
+        // Exited processes' last samples are named: now they can go.
         for process in &drain.exited {
             self.collector.forget(process.pid);
-            self.python_retries.remove(&process.pid);
+            self.python.exited(process);
         }
-        let drain = self.symbolizer.symbolize(drain);
         self.writer.add(drain);
     }
 
@@ -393,7 +334,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             ..DumpPolicy::default()
         }),
         symbolizer: Symbolizer::new(options.jit.clone()),
-        python_retries: HashMap::new(),
+        python: PythonRuntime::default(),
         writer: Writer::new(
             &options.output,
             WriteOptions {

@@ -1,4 +1,4 @@
-//! The Python symbol source (`sparkprof::symbolize::python`) against the
+//! The CPython runtime (`sparkprof::runtime::python`) against the
 //! real interpreters installed under `/root/.pyenv/versions` (3.8 to 3.13)
 //! and the real headers they ship: an integration suite. It runs as root
 //! (reading another process's memory) and fails, never skips, when an
@@ -18,14 +18,11 @@ use std::{
 use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
 
 use rstest::rstest;
-use sparkprof::symbolize::{
-    Symbolizer,
-    python::{
-        PythonError, PythonProcess, PythonVersion, StructOffsets,
-        memory::Memory,
-        module, threads,
-        types::{ALL, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_VERSION},
-    },
+use sparkprof::runtime::python::{
+    PythonError, PythonProcess, PythonRuntime, PythonVersion, StructOffsets,
+    memory::Memory,
+    module, threads,
+    types::{ALL, DEBUG_OFFSETS_313, DEBUG_OFFSETS_FREE_THREADED, DEBUG_OFFSETS_VERSION},
 };
 
 const PYENV: &str = "/root/.pyenv/versions";
@@ -1264,20 +1261,20 @@ fn perf_trampolines_are_named_from_a_trusted_map_only() {
     assert!(name.ends_with(":<string>"), "{name}");
     let inside = start + size / 2;
     // Address 1 is mapped nowhere: it goes on to the native symbolizer.
-    let mut symbolizer = Symbolizer::default();
-    assert_eq!(symbolizer.name_trampolines(pid, vec![inside, 1]), vec![1]);
-    assert_eq!(symbolizer.trampoline_name(pid, inside), Some(name.as_str()));
+    let mut python = PythonRuntime::default();
+    assert_eq!(python.name_trampolines(pid, vec![inside, 1]), vec![1]);
+    assert_eq!(python.trampoline_name(pid, inside), Some(name.as_str()));
 
     // The same map handed to another user is not trusted: the address is
     // left unnamed rather than named from a file its process did not own.
     let map = std::ffi::CString::new(format!("/tmp/perf-{pid}.map")).unwrap();
     // SAFETY: a NUL-terminated path; the test runs as root.
     assert_eq!(unsafe { libc::chown(map.as_ptr(), 65534, 65534) }, 0);
-    let mut symbolizer = Symbolizer::default();
+    let mut python = PythonRuntime::default();
     assert_eq!(
-        symbolizer.name_trampolines(pid, vec![inside, 1]),
+        python.name_trampolines(pid, vec![inside, 1]),
         vec![1, inside]
     );
-    assert_eq!(symbolizer.trampoline_name(pid, inside), None);
+    assert_eq!(python.trampoline_name(pid, inside), None);
     let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
 }

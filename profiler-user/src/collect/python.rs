@@ -2,7 +2,7 @@
 //! threads the on-CPU sampler follows into Python frames, and the Python
 //! stacks it recorded.
 //!
-//! Userspace (the record loop, from `symbolize::python`) tells it each
+//! Userspace (the CPython runtime, `runtime::python`, driven by the record loop) tells it each
 //! process's struct offsets and, every drain, each thread's
 //! `PyThreadState` address; the sampler then records (code object,
 //! instruction) pairs for samples of those threads, double-buffered like

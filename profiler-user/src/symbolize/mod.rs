@@ -14,7 +14,6 @@ pub mod jvm;
 pub mod kernel;
 pub mod native;
 pub mod proc_maps;
-pub mod python;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -22,9 +21,6 @@ use std::{
 };
 
 use jvm::{JitBatch, JitOptions, JitStats, JitSymbolizer};
-use perf_maps::PerfMapFile;
-use python::PythonProcess;
-use tracing::debug;
 
 use crate::{
     collect::{RawPythonStack, RawSample, RawStack, SampleKind},
@@ -54,7 +50,8 @@ pub struct Frame {
 }
 
 impl Frame {
-    fn marker(name: &str) -> Self {
+    /// A frame that marks something about the stack (`[truncated]`, ...).
+    pub fn marker(name: &str) -> Self {
         Self {
             name: name.into(),
             kind: FrameKind::Marker,
@@ -88,6 +85,27 @@ pub struct SymbolizedDrain {
     pub exited: Vec<Arc<ProcessInfo>>,
 }
 
+/// What a language runtime names in a drain (see `crate::runtime`): the
+/// symbolizer asks, the runtime answers from the processes it follows.
+pub trait RuntimeFrames {
+    /// A new drain begins: the last one's names go.
+    fn new_drain(&mut self);
+    /// Of a process's user addresses, names those in the runtime's own
+    /// generated code (CPython's `-X perf` trampolines) and returns the
+    /// others, for the native and JIT symbolizers.
+    fn claim(&mut self, process: &ProcessInfo, addrs: Vec<u64>) -> Vec<u64>;
+    /// The frame of an address claimed in this drain.
+    fn claimed(&self, process: &ProcessInfo, addr: u64) -> Option<Frame>;
+    /// A sample's user frames (root first) with the interpreter frames the
+    /// kernel recorded for it (`stack`) named and put in their place.
+    fn interpreter_frames(
+        &mut self,
+        pid: u32,
+        stack: &RawPythonStack,
+        native: Vec<Frame>,
+    ) -> Vec<Frame>;
+}
+
 /// The symbolize stage and its caches.
 pub struct Symbolizer {
     native: native::NativeSymbolizer,
@@ -95,12 +113,6 @@ pub struct Symbolizer {
     jit: JitSymbolizer,
     /// This drain's addresses in JVM code caches.
     jit_addrs: HashSet<(u32, u64)>,
-    /// CPython processes whose Python frames the sampler follows.
-    pythons: HashMap<u32, PythonProcess>,
-    /// Their `-X perf` trampoline maps (3.12+), where they write one.
-    trampolines: HashMap<u32, PerfMapFile>,
-    /// This drain's addresses in those processes' trampolines, named.
-    trampoline_names: HashMap<(u32, u64), Arc<str>>,
     final_pass: bool,
 }
 
@@ -120,9 +132,6 @@ impl Symbolizer {
             kernel: kernel::KernelSymbolizer::new(),
             jit: JitSymbolizer::new(jit),
             jit_addrs: HashSet::new(),
-            pythons: HashMap::new(),
-            trampolines: HashMap::new(),
-            trampoline_names: HashMap::new(),
             final_pass: false,
         }
     }
@@ -143,29 +152,12 @@ impl Symbolizer {
         self.jit.stats()
     }
 
-    /// Names the Python frames of this CPython process from now on.
-    pub fn add_python(&mut self, process: PythonProcess) {
-        self.pythons.insert(process.pid(), process);
-    }
-
-    /// The threads of every CPython process named here: (pid, [(tid,
-    /// `PyThreadState` address)]), read now; processes that could not be
-    /// read are left out (logged).
-    pub fn python_threads(&self) -> Vec<(u32, Vec<(u32, u64)>)> {
-        self.pythons
-            .iter()
-            .filter_map(|(&pid, python)| match python.threads() {
-                Ok(threads) => Some((pid, threads)),
-                Err(err) => {
-                    debug!(pid, "Python threads not read: {err}");
-                    None
-                }
-            })
-            .collect()
-    }
-
     /// Names every frame of a drain.
-    pub fn symbolize(&mut self, drain: EnrichedDrain) -> SymbolizedDrain {
+    pub fn symbolize(
+        &mut self,
+        drain: EnrichedDrain,
+        runtime: &mut dyn RuntimeFrames,
+    ) -> SymbolizedDrain {
         // Resolve each process's user addresses in one batch, and all kernel
         // addresses in another, before building stacks.
         let mut user_batches: HashMap<u32, (Arc<ProcessInfo>, Vec<u64>)> = HashMap::new();
@@ -194,7 +186,7 @@ impl Symbolizer {
             .map(|s| s.process.pid)
             .collect();
         self.jit_addrs.clear();
-        self.trampoline_names.clear();
+        runtime.new_drain();
         let mut jit_batches = Vec::new();
         for (process, addrs) in user_batches.values() {
             let mut native_addrs = addrs.clone();
@@ -213,9 +205,7 @@ impl Symbolizer {
                     compiling: compiling.contains(&process.pid),
                 });
             }
-            if self.pythons.contains_key(&process.pid) {
-                native_addrs = self.name_trampolines(process.pid, native_addrs);
-            }
+            native_addrs = runtime.claim(process, native_addrs);
             self.native.resolve(process, &native_addrs);
         }
         self.jit.resolve(&jit_batches, self.final_pass);
@@ -225,7 +215,7 @@ impl Symbolizer {
             .samples
             .into_iter()
             .map(|sample| {
-                let frames = self.frames(&sample.process, &sample.raw);
+                let frames = self.frames(&sample.process, &sample.raw, runtime);
                 SymbolizedSample {
                     process: sample.process,
                     tid: sample.raw.tid,
@@ -241,8 +231,6 @@ impl Symbolizer {
         for process in &drain.exited {
             self.native.evict(process);
             self.jit.evict(process);
-            self.pythons.remove(&process.pid);
-            self.trampolines.remove(&process.pid);
         }
         SymbolizedDrain {
             start: drain.start,
@@ -255,7 +243,12 @@ impl Symbolizer {
     /// The frames of one sample, root first: a truncation marker if the user
     /// stack was cut, user frames outermost to leaf, then kernel frames, and
     /// for off-CPU time a last frame that says how the thread waited.
-    fn frames(&mut self, process: &ProcessInfo, raw: &RawSample) -> Vec<Frame> {
+    fn frames(
+        &mut self,
+        process: &ProcessInfo,
+        raw: &RawSample,
+        runtime: &mut dyn RuntimeFrames,
+    ) -> Vec<Frame> {
         let (user, kernel) = (&raw.user, &raw.kernel);
         // JIT statistics count on-CPU samples only (off-CPU counts are time).
         let count = match raw.kind {
@@ -287,7 +280,7 @@ impl Symbolizer {
                 }
                 for index in (0..end).rev() {
                     if is_code[index] {
-                        frames.push(self.user_frame(process, addrs[index], count));
+                        frames.push(self.user_frame(process, addrs[index], count, &*runtime));
                     }
                 }
             }
@@ -295,8 +288,7 @@ impl Symbolizer {
             RawStack::Absent => {}
         }
         if let Some(python) = &raw.python {
-            let python = self.python_frames(process.pid, python);
-            frames = merge_python(frames, python);
+            frames = runtime.interpreter_frames(process.pid, python, frames);
         }
         match kernel {
             RawStack::Frames { ips, truncated } => {
@@ -322,85 +314,15 @@ impl Symbolizer {
 }
 
 impl Symbolizer {
-    /// A Python stack's frames, root first, named by the process's
-    /// interpreter; a `[truncated]` marker first if the kernel cut it.
-    fn python_frames(&mut self, pid: u32, stack: &RawPythonStack) -> Vec<Frame> {
-        let mut frames = Vec::with_capacity(stack.frames.len() + 1);
-        if stack.truncated {
-            frames.push(Frame::marker("[truncated]"));
-        }
-        let python = self.pythons.get_mut(&pid);
-        let Some(python) = python else {
-            return frames;
-        };
-        for frame in stack.frames.iter().rev() {
-            let name: Arc<str> = match python.frame_name(frame) {
-                Ok(name) => name.into(),
-                Err(err) => {
-                    debug!(pid, code = frame.code, "Python frame not named: {err}");
-                    "[unknown python frame]".into()
-                }
-            };
-            frames.push(Frame {
-                name,
-                kind: FrameKind::Python,
-            });
-        }
-        frames
-    }
-
-    /// The name [`Self::name_trampolines`] gave an address of a process.
-    pub fn trampoline_name(&self, pid: u32, addr: u64) -> Option<&str> {
-        self.trampoline_names.get(&(pid, addr)).map(|name| &**name)
-    }
-
-    /// Names the addresses of a CPython process that lie in its `-X perf`
-    /// trampolines (anonymous executable memory listed in its perf map,
-    /// trusted as the JVMs' maps are) and returns the others. Most Python
-    /// processes write no perf map: for them only the map's absence is
-    /// checked, not their memory map.
-    pub fn name_trampolines(&mut self, pid: u32, addrs: Vec<u64>) -> Vec<u64> {
-        let map = match self.trampolines.entry(pid) {
-            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => match PerfMapFile::for_pid(pid) {
-                Ok(map) => entry.insert(map),
-                Err(err) => {
-                    debug!(pid, "no perf map for this Python: {err}");
-                    return addrs;
-                }
-            },
-        };
-        let Ok(maps) = proc_maps::ProcMaps::read(pid) else {
-            return addrs;
-        };
-        let (anonymous, native): (Vec<u64>, Vec<u64>) = addrs
-            .into_iter()
-            .partition(|&addr| maps.find(addr).is_some_and(|m| m.is_anonymous()));
-        if anonymous.is_empty() {
-            return native;
-        }
-        if let Err(err) = map.refresh() {
-            debug!(pid, "Python perf map not read: {err}");
-        }
-        let mut rest = native;
-        for addr in anonymous {
-            match map.lookup(addr) {
-                Some(symbol) => {
-                    self.trampoline_names
-                        .insert((pid, addr), symbol.name.to_string().into());
-                }
-                None => rest.push(addr),
-            }
-        }
-        rest
-    }
-
-    fn user_frame(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Frame {
-        if let Some(name) = self.trampoline_names.get(&(process.pid, addr)) {
-            return Frame {
-                name: name.clone(),
-                kind: FrameKind::Jit,
-            };
+    fn user_frame(
+        &mut self,
+        process: &ProcessInfo,
+        addr: u64,
+        count: u64,
+        runtime: &dyn RuntimeFrames,
+    ) -> Frame {
+        if let Some(frame) = runtime.claimed(process, addr) {
+            return frame;
         }
         if !self.jit_addrs.contains(&(process.pid, addr)) {
             return Frame {
@@ -417,45 +339,6 @@ impl Symbolizer {
             kind: FrameKind::Jit,
         }
     }
-}
-
-/// Puts a sample's Python frames (root first) where they belong among its
-/// native user frames (root first): in place of the evaluation loop's
-/// frames (`_PyEval_EvalFrame*` and `-X perf` trampolines `py::...`, from
-/// the first to the last), so native callers stay above and C code the
-/// Python code called (an extension, a socket read) stays below. Without an evaluation-loop frame (these
-/// interpreters keep no frame pointers, so the native walk often ends at
-/// the leaf) the Python frames go above all native ones: the native frames
-/// are then what the innermost Python frame was running.
-///
-/// Native frames that could not be named are dropped from such a sample:
-/// with no frame pointers in the interpreter, the native walk past the
-/// leaf follows whatever the frame register held, and what it finds is
-/// mostly not code.
-fn merge_python(native: Vec<Frame>, python: Vec<Frame>) -> Vec<Frame> {
-    if python.is_empty() {
-        return native;
-    }
-    let native: Vec<Frame> = native
-        .into_iter()
-        .filter(|frame| !(frame.kind == FrameKind::User && &*frame.name == "[unknown]"))
-        .collect();
-    let is_eval = |frame: &Frame| {
-        (frame.kind == FrameKind::User && frame.name.starts_with("_PyEval_EvalFrame"))
-            || (frame.kind == FrameKind::Jit && frame.name.starts_with("py::"))
-    };
-    let (first, last) = match (
-        native.iter().position(is_eval),
-        native.iter().rposition(is_eval),
-    ) {
-        (Some(first), Some(last)) => (first, last + 1),
-        _ => (0, 0),
-    };
-    let mut merged = Vec::with_capacity(native.len() + python.len());
-    merged.extend_from_slice(&native[..first]);
-    merged.extend(python);
-    merged.extend_from_slice(&native[last..]);
-    merged
 }
 
 /// At the root of a user stack whose walk ended outside code (cut after
@@ -484,65 +367,6 @@ pub fn lookup_addresses(ips: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(name: &str, kind: FrameKind) -> Frame {
-        Frame {
-            name: name.into(),
-            kind,
-        }
-    }
-
-    fn names(frames: &[Frame]) -> Vec<&str> {
-        frames.iter().map(|f| &*f.name).collect()
-    }
-
-    #[test]
-    fn python_frames_replace_the_evaluation_loop() {
-        let native = vec![
-            frame("main", FrameKind::User),
-            frame("[unknown]", FrameKind::User),
-            frame("Py_RunMain", FrameKind::User),
-            frame("_PyEval_EvalFrameDefault", FrameKind::User),
-            frame("_PyFunction_Vectorcall", FrameKind::User),
-            frame("_PyEval_EvalFrameDefault", FrameKind::User),
-            frame("sock_recv", FrameKind::User),
-            frame("recv", FrameKind::User),
-        ];
-        let python = vec![
-            frame("<module> (job.py:9)", FrameKind::Python),
-            frame("fetch (job.py:3)", FrameKind::Python),
-        ];
-        assert_eq!(
-            names(&merge_python(native, python.clone())),
-            vec![
-                "main",
-                "Py_RunMain",
-                "<module> (job.py:9)",
-                "fetch (job.py:3)",
-                "sock_recv",
-                "recv"
-            ]
-        );
-        // No evaluation loop in sight: Python above the native leaf.
-        let leaf = vec![frame("clock_nanosleep", FrameKind::User)];
-        assert_eq!(
-            names(&merge_python(leaf, python.clone())),
-            vec!["<module> (job.py:9)", "fetch (job.py:3)", "clock_nanosleep"]
-        );
-        // -X perf trampolines stand for the evaluation loop too.
-        let trampolines = vec![
-            frame("main", FrameKind::User),
-            frame("py::<module>:job.py", FrameKind::Jit),
-            frame("py::fetch:job.py", FrameKind::Jit),
-            frame("recv", FrameKind::User),
-        ];
-        assert_eq!(
-            names(&merge_python(trampolines, python)),
-            vec!["main", "<module> (job.py:9)", "fetch (job.py:3)", "recv"]
-        );
-        let alone = vec![frame("main", FrameKind::User)];
-        assert_eq!(names(&merge_python(alone, Vec::new())), vec!["main"]);
-    }
 
     #[test]
     fn callers_are_looked_up_inside_the_call() {

@@ -238,7 +238,7 @@ pub fn walk_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::python::process::live_threads;
+    use crate::runtime::python::process::live_threads;
 
     /// A C library other than glibc: the tid is found by scanning.
     #[test]

@@ -1,5 +1,7 @@
-//! CPython frames: finding the interpreter in a process, its threads, and
-//! naming the (code object, instruction) pairs the kernel walker records.
+//! The CPython runtime: finding the interpreter in a process, its threads,
+//! and naming the (code object, instruction) pairs the kernel walker
+//! records; [`follow::PythonRuntime`] holds every followed process through
+//! its life (see [`crate::runtime`]).
 //!
 //! CPython (3.8 to 3.13) keeps its call stack in its own data structures,
 //! not on the C stack's frame pointers (and its builds have none), so a
@@ -32,6 +34,7 @@
 //! All target memory is read with `process_vm_readv` and treated as
 //! hostile (bounded walks and lengths, objects checked against their type).
 
+pub mod follow;
 pub mod line_table;
 pub mod memory;
 pub mod module;
@@ -41,5 +44,6 @@ pub mod resolver;
 pub mod threads;
 pub mod types;
 
+pub use follow::PythonRuntime;
 pub use resolver::{FrameLocation, PythonProcess};
 pub use types::{PythonError, PythonVersion, StructOffsets};
