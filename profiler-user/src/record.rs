@@ -14,8 +14,8 @@ use tracing::{error, info, warn};
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
     enrich::{Enricher, ProcessInfo, thread_dumps::DumpPolicy},
-    runtime::{Runtime, python::PythonRuntime},
-    symbolize::{Symbolizer, jvm::JitOptions},
+    runtime::{Runtime, Runtimes, jvm::JitOptions},
+    symbolize::Symbolizer,
     sys::{caps::Capabilities, proc, sysctl},
     write::{
         WriteOptions, Writer,
@@ -131,8 +131,8 @@ struct Pipeline {
     enricher: Enricher,
     symbolizer: Symbolizer,
     writer: Writer,
-    /// CPython processes' frames.
-    python: PythonRuntime,
+    /// What each language runtime needs of a process.
+    runtimes: Runtimes,
 }
 
 impl Pipeline {
@@ -159,30 +159,30 @@ impl Pipeline {
         if off_cpu && let Err(err) = self.collector.watch_off_cpu(process.pid) {
             warn!(pid = process.pid, "off-CPU time not recorded: {err}");
         }
-        self.python.discovered(process, &mut self.collector);
+        self.runtimes.discovered(process, &mut self.collector);
     }
 
     fn process(&mut self, drain: crate::collect::Drain) {
         for process in self.enricher.discover(&drain) {
             self.watch(&process);
         }
-        self.python.synchronize(&mut self.collector);
+        self.runtimes.synchronize(&mut self.collector);
         let collector = &self.collector;
         let drain = self
             .enricher
             .enrich(drain, &|pid| collector.current_epochs(pid));
-        let drain = self.symbolizer.symbolize(drain, &mut self.python);
+        let drain = self.symbolizer.symbolize(drain, &mut self.runtimes);
         // Exited processes' last samples are named: now they can go.
         for process in &drain.exited {
             self.collector.forget(process.pid);
-            self.python.exited(process);
+            self.runtimes.exited(process);
         }
         self.writer.add(drain);
     }
 
     /// Stops sampling and takes in everything still in the kernel.
     fn finish(&mut self) {
-        self.symbolizer.finishing();
+        self.runtimes.jvm.finishing();
         match self.collector.finish() {
             Ok(drain) => self.process(drain),
             Err(err) => {
@@ -191,7 +191,7 @@ impl Pipeline {
                 self.step();
             }
         }
-        self.symbolizer.finish();
+        self.runtimes.jvm.finish();
     }
 }
 
@@ -333,8 +333,8 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             attach: options.jit.attach,
             ..DumpPolicy::default()
         }),
-        symbolizer: Symbolizer::new(options.jit.clone()),
-        python: PythonRuntime::default(),
+        symbolizer: Symbolizer::new(),
+        runtimes: Runtimes::new(options.jit.clone()),
         writer: Writer::new(
             &options.output,
             WriteOptions {
@@ -405,7 +405,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                         .writer
                         .flush(&header(
                             pipeline.collector.stats(),
-                            pipeline.symbolizer.jit_stats(),
+                            pipeline.runtimes.jvm.jit_stats(),
                             pipeline.enricher.thread_stats(),
                         )) {
                         warn!("periodic flush failed, will retry: {err}");
@@ -425,7 +425,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     let Pipeline {
         collector,
         mut writer,
-        symbolizer,
+        runtimes,
         enricher,
         ..
     } = pipeline;
@@ -441,7 +441,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         .ok();
     let written = final_flush(
         &mut writer,
-        &header(stats, symbolizer.jit_stats(), enricher.thread_stats()),
+        &header(stats, runtimes.jvm.jit_stats(), enricher.thread_stats()),
         options.write_retry,
         &mut signals,
     )

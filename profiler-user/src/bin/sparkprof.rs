@@ -7,7 +7,7 @@ use perf_maps::NameStyle;
 use sparkprof::{
     doctor,
     record::{RecordError, RecordOptions, record},
-    symbolize::jvm::JitOptions,
+    runtime::jvm::JitOptions,
     write::WriteOptions,
 };
 

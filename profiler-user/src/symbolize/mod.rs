@@ -10,21 +10,15 @@
 //! likely still alive (their mappings are needed). Names are cached per
 //! (process, address) and dropped when enrich reports the process exited.
 
-pub mod jvm;
 pub mod kernel;
 pub mod native;
 pub mod proc_maps;
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
-
-use jvm::{JitBatch, JitOptions, JitStats, JitSymbolizer};
+use std::{collections::HashMap, sync::Arc};
 
 use crate::{
     collect::{RawPythonStack, RawSample, RawStack, SampleKind},
-    enrich::{EnrichedDrain, ProcessInfo, spark::TaskThread},
+    enrich::{EnrichedDrain, EnrichedSample, ProcessInfo, spark::TaskThread},
 };
 
 /// Where a frame came from; decides its decoration in the folded output.
@@ -88,14 +82,19 @@ pub struct SymbolizedDrain {
 /// What a language runtime names in a drain (see `crate::runtime`): the
 /// symbolizer asks, the runtime answers from the processes it follows.
 pub trait RuntimeFrames {
-    /// A new drain begins: the last one's names go.
-    fn new_drain(&mut self);
+    /// A new drain begins (these are its samples): the last one's names go.
+    fn new_drain(&mut self, samples: &[EnrichedSample]);
     /// Of a process's user addresses, names those in the runtime's own
     /// generated code (CPython's `-X perf` trampolines) and returns the
     /// others, for the native and JIT symbolizers.
-    fn claim(&mut self, process: &ProcessInfo, addrs: Vec<u64>) -> Vec<u64>;
-    /// The frame of an address claimed in this drain.
-    fn claimed(&self, process: &ProcessInfo, addr: u64) -> Option<Frame>;
+    fn claim(&mut self, process: &Arc<ProcessInfo>, addrs: Vec<u64>) -> Vec<u64>;
+    /// Every process's addresses are claimed: name them (a runtime may
+    /// name all processes' at once, e.g. asking every JVM for its perf map
+    /// in parallel).
+    fn resolve(&mut self);
+    /// The frame of an address claimed in this drain, in a sample of
+    /// `count` (0 for off-CPU time: statistics count on-CPU samples).
+    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Frame>;
     /// A sample's user frames (root first) with the interpreter frames the
     /// kernel recorded for it (`stack`) named and put in their place.
     fn interpreter_frames(
@@ -110,46 +109,20 @@ pub trait RuntimeFrames {
 pub struct Symbolizer {
     native: native::NativeSymbolizer,
     kernel: kernel::KernelSymbolizer,
-    jit: JitSymbolizer,
-    /// This drain's addresses in JVM code caches.
-    jit_addrs: HashSet<(u32, u64)>,
-    final_pass: bool,
 }
 
 impl Default for Symbolizer {
     fn default() -> Self {
-        Self::new(JitOptions::default())
+        Self::new()
     }
 }
 
-/// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
-const COMPILER_THREADS: [&str; 2] = ["C2 CompilerThre", "C1 CompilerThre"];
-
 impl Symbolizer {
-    pub fn new(jit: JitOptions) -> Self {
+    pub fn new() -> Self {
         Self {
             native: native::NativeSymbolizer::new(),
             kernel: kernel::KernelSymbolizer::new(),
-            jit: JitSymbolizer::new(jit),
-            jit_addrs: HashSet::new(),
-            final_pass: false,
         }
-    }
-
-    /// Marks the drains that follow as the recording's last: JVM maps are
-    /// refreshed once more for them.
-    pub fn finishing(&mut self) {
-        self.final_pass = true;
-    }
-
-    /// End of the recording: cleans up what symbolization left on the host.
-    pub fn finish(&mut self) {
-        self.jit.finish();
-    }
-
-    /// JIT statistics so far.
-    pub fn jit_stats(&self) -> JitStats {
-        self.jit.stats()
     }
 
     /// Names every frame of a drain.
@@ -173,42 +146,14 @@ impl Symbolizer {
                 kernel_addrs.extend(lookup_addresses(ips));
             }
         }
-        // JVMs: addresses in anonymous executable memory (the code cache) are
-        // named from perf maps, the rest as native code.
-        let compiling: HashSet<u32> = drain
-            .samples
-            .iter()
-            .filter(|s| {
-                COMPILER_THREADS
-                    .iter()
-                    .any(|p| s.thread_name.starts_with(p))
-            })
-            .map(|s| s.process.pid)
-            .collect();
-        self.jit_addrs.clear();
-        runtime.new_drain();
-        let mut jit_batches = Vec::new();
+        // Runtimes name what lies in their own generated code (JIT code
+        // caches, interpreter trampolines); the rest is native code.
+        runtime.new_drain(&drain.samples);
         for (process, addrs) in user_batches.values() {
-            let mut native_addrs = addrs.clone();
-            if process.runtime.is_jvm()
-                && let Ok(maps) = proc_maps::ProcMaps::read(process.pid)
-            {
-                let (jit, native): (Vec<u64>, Vec<u64>) = addrs
-                    .iter()
-                    .partition(|&&addr| maps.find(addr).is_some_and(|m| m.is_anonymous()));
-                native_addrs = native;
-                self.jit_addrs
-                    .extend(jit.iter().map(|&addr| (process.pid, addr)));
-                jit_batches.push(JitBatch {
-                    process: process.clone(),
-                    addrs: jit,
-                    compiling: compiling.contains(&process.pid),
-                });
-            }
-            native_addrs = runtime.claim(process, native_addrs);
+            let native_addrs = runtime.claim(process, addrs.clone());
             self.native.resolve(process, &native_addrs);
         }
-        self.jit.resolve(&jit_batches, self.final_pass);
+        runtime.resolve();
         self.kernel.resolve(&kernel_addrs);
 
         let samples = drain
@@ -230,7 +175,6 @@ impl Symbolizer {
         // Exited processes' last samples are named; now their caches can go.
         for process in &drain.exited {
             self.native.evict(process);
-            self.jit.evict(process);
         }
         SymbolizedDrain {
             start: drain.start,
@@ -280,7 +224,7 @@ impl Symbolizer {
                 }
                 for index in (0..end).rev() {
                     if is_code[index] {
-                        frames.push(self.user_frame(process, addrs[index], count, &*runtime));
+                        frames.push(self.user_frame(process, addrs[index], count, runtime));
                     }
                 }
             }
@@ -319,24 +263,14 @@ impl Symbolizer {
         process: &ProcessInfo,
         addr: u64,
         count: u64,
-        runtime: &dyn RuntimeFrames,
+        runtime: &mut dyn RuntimeFrames,
     ) -> Frame {
-        if let Some(frame) = runtime.claimed(process, addr) {
+        if let Some(frame) = runtime.claimed(process, addr, count) {
             return frame;
         }
-        if !self.jit_addrs.contains(&(process.pid, addr)) {
-            return Frame {
-                name: self.native.name(process, addr),
-                kind: FrameKind::User,
-            };
-        }
-        let name = self.jit.name(process, addr);
-        if count > 0 {
-            self.jit.count_frame(name.is_some(), count);
-        }
         Frame {
-            name: name.unwrap_or_else(|| "[unknown]".into()),
-            kind: FrameKind::Jit,
+            name: self.native.name(process, addr),
+            kind: FrameKind::User,
         }
     }
 }

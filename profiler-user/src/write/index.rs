@@ -28,7 +28,7 @@ use std::{path::Path, time::SystemTime};
 use serde::Serialize;
 
 use super::ProfileKind;
-use crate::{collect::KernelStats, enrich::ThreadStats, symbolize::jvm::JitStats};
+use crate::{collect::KernelStats, enrich::ThreadStats, runtime::jvm::JitStats};
 
 /// Schema version of index.json.
 pub const INDEX_VERSION: u32 = 1;

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 use super::PythonProcess;
 use crate::{
     collect::{Collector, RawPythonStack},
-    enrich::ProcessInfo,
+    enrich::{EnrichedSample, ProcessInfo},
     runtime::Runtime,
     symbolize::{Frame, FrameKind, RuntimeFrames, proc_maps::ProcMaps},
 };
@@ -153,11 +153,11 @@ impl Runtime for PythonRuntime {
 }
 
 impl RuntimeFrames for PythonRuntime {
-    fn new_drain(&mut self) {
+    fn new_drain(&mut self, _: &[EnrichedSample]) {
         self.trampoline_names.clear();
     }
 
-    fn claim(&mut self, process: &ProcessInfo, addrs: Vec<u64>) -> Vec<u64> {
+    fn claim(&mut self, process: &Arc<ProcessInfo>, addrs: Vec<u64>) -> Vec<u64> {
         if self.followed.contains_key(&process.pid) {
             self.name_trampolines(process.pid, addrs)
         } else {
@@ -165,7 +165,10 @@ impl RuntimeFrames for PythonRuntime {
         }
     }
 
-    fn claimed(&self, process: &ProcessInfo, addr: u64) -> Option<Frame> {
+    /// Trampolines were named in [`Self::claim`].
+    fn resolve(&mut self) {}
+
+    fn claimed(&mut self, process: &ProcessInfo, addr: u64, _: u64) -> Option<Frame> {
         self.trampoline_names
             .get(&(process.pid, addr))
             .map(|name| Frame {

@@ -1,8 +1,9 @@
-//! JIT-compiled Java frames, named from the JVM's perf map.
+//! The HotSpot JVM runtime: JIT-compiled Java frames, named from the JVM's
+//! perf map. [`follow::JvmRuntime`] holds every JVM through its life (see
+//! [`crate::runtime`]).
 //!
-//! Shaped like the other symbol sources: [`types`] (options, statistics),
-//! [`resolver`] (one JVM's map and its refresh policy), and this module,
-//! which serves the symbolize stage: per drain it takes each JVM's sampled
+//! [`types`] (options, statistics), [`resolver`] (one JVM's map and its
+//! refresh policy), and this module's [`JitSymbolizer`]: per drain it takes each JVM's sampled
 //! code-cache addresses, asks the JVMs that need it for a fresh map (in
 //! parallel: each request blocks on the JVM for a fraction of a second),
 //! and then names the addresses against the refreshed maps.
@@ -11,11 +12,13 @@
 //! an audit file (see [`audit`]), so that a benchmark can check the names
 //! against what the JVM had at those addresses at the time.
 
+pub mod follow;
 pub mod resolver;
 pub mod types;
 
 use std::{cell::Cell, collections::HashMap, sync::Arc};
 
+pub use follow::JvmRuntime;
 use resolver::{DumpReasons, JvmResolver};
 pub use types::{JitOptions, JitStats};
 
