@@ -18,6 +18,7 @@ use std::{
 use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
 
 use rstest::rstest;
+use sparkprof::collect::PythonThread;
 use sparkprof::runtime::python::{
     PythonError, PythonProcess, PythonRuntime, PythonVersion, StructOffsets,
     memory::Memory,
@@ -620,14 +621,14 @@ fn check_version(minor: u8) {
     assert_eq!(kernel, process.struct_offsets().walk);
 
     let threads = process.threads().unwrap();
-    let tids: BTreeSet<u32> = threads.iter().map(|&(tid, _)| tid).collect();
+    let tids: BTreeSet<u32> = threads.iter().map(|t| t.tid).collect();
     assert_eq!(threads.len(), 3, "{threads:?}");
     assert_eq!(tids, tasks(pid), "thread ids");
 
     let mut main_chain = chain(minor);
     main_chain.push(expect("main", mark("call entry")));
     main_chain.push(expect("<module>", mark("call main")));
-    for &(tid, tstate) in &threads {
+    for &PythonThread { tid, tstate } in &threads {
         eprintln!("3.{minor} thread {tid}:");
         let stack = named_stack(&mut process, tstate);
         let context = format!("3.{minor} thread {tid}");
@@ -670,14 +671,14 @@ fn check_version(minor: u8) {
     assert!(cached >= 7, "{cached} code objects cached");
 
     // Garbage instead of a code object: an error, never a panic or a name.
-    let (_, main_tstate) = threads.iter().find(|&&(tid, _)| tid == pid).unwrap();
-    let real = process.read_stack(*main_tstate, 1).unwrap().0[0];
+    let main_tstate = threads.iter().find(|t| t.tid == pid).unwrap().tstate;
+    let real = process.read_stack(main_tstate, 1).unwrap().0[0];
     for code in [
         0,
         1,
         0xdead_beef,
         u64::MAX - 7,
-        *main_tstate,
+        main_tstate,
         process.runtime_address(),
         real.code + 8,
         real.code + 1,
@@ -719,11 +720,11 @@ fn check_version(minor: u8) {
     let mut child_process = PythonProcess::probe(child).unwrap().unwrap();
     let child_threads = child_process.threads().unwrap();
     assert_eq!(
-        child_threads.iter().map(|t| t.0).collect::<Vec<_>>(),
+        child_threads.iter().map(|t| t.tid).collect::<Vec<_>>(),
         vec![child],
         "3.{minor} forked child"
     );
-    let stack = named_stack(&mut child_process, child_threads[0].1);
+    let stack = named_stack(&mut child_process, child_threads[0].tstate);
     let mut fork_chain = chain(minor);
     fork_chain.push(expect("main", mark("call entry in child")));
     fork_chain.push(expect("<module>", mark("call main")));
@@ -739,7 +740,7 @@ fn check_version(minor: u8) {
     let before = process.frame_name(&real).unwrap();
     started.kill();
     assert!(process.threads().unwrap_err().is_process_gone());
-    assert!(process.read_stack(*main_tstate, 8).is_err());
+    assert!(process.read_stack(main_tstate, 8).is_err());
     assert_eq!(process.frame_name(&real).unwrap(), before);
     assert!(
         process
@@ -821,7 +822,7 @@ fn version_from_exported_api() {
         assert_eq!(process.module(), renamed, "3.{minor}");
         assert_eq!(process.version(), (3, minor));
         let threads = process.threads().unwrap();
-        let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+        let tstate = threads.iter().find(|t| t.tid == pid).unwrap().tstate;
         let stack = named_stack(&mut process, tstate);
         assert_frames(
             &stack,
@@ -867,11 +868,11 @@ fn assert_main_thread_chain(
 ) {
     let threads = process.threads().unwrap();
     assert_eq!(
-        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        threads.iter().map(|t| t.tid).collect::<BTreeSet<_>>(),
         tasks(pid),
         "3.{minor} {context}"
     );
-    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+    let tstate = threads.iter().find(|t| t.tid == pid).unwrap().tstate;
     let stack = named_stack(process, tstate);
     let mut main_chain = chain(minor);
     main_chain.push(expect("main", mark("call entry")));
@@ -1037,12 +1038,12 @@ fn check_sub_interpreter(minor: u8) {
     let mut process = PythonProcess::probe(pid).unwrap().unwrap();
     let threads = process.threads().unwrap();
     assert_eq!(
-        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        threads.iter().map(|t| t.tid).collect::<BTreeSet<_>>(),
         tasks(pid),
         "3.{minor}: every thread once"
     );
     let mut functions = |tid: u32| -> Vec<(String, String)> {
-        let tstate = threads.iter().find(|t| t.0 == tid).unwrap().1;
+        let tstate = threads.iter().find(|t| t.tid == tid).unwrap().tstate;
         named_stack(&mut process, tstate)
             .into_iter()
             .map(|(function, file, ..)| (function, file))
@@ -1107,10 +1108,10 @@ fn static_executable() {
     assert_eq!(process.module(), python);
     let threads = process.threads().unwrap();
     assert_eq!(
-        threads.iter().map(|t| t.0).collect::<BTreeSet<_>>(),
+        threads.iter().map(|t| t.tid).collect::<BTreeSet<_>>(),
         tasks(pid)
     );
-    let tstate = threads.iter().find(|t| t.0 == pid).unwrap().1;
+    let tstate = threads.iter().find(|t| t.tid == pid).unwrap().tstate;
     let stack = named_stack(&mut process, tstate);
     assert_frames(&stack, &chain(11), script.to_str().unwrap(), "static 3.11");
 }
@@ -1173,7 +1174,7 @@ fn every_process_on_the_host_probes() {
                 let Ok(threads) = process.threads() else {
                     continue;
                 };
-                for (_, tstate) in threads {
+                for PythonThread { tstate, .. } in threads {
                     let Ok((frames, _)) = process.read_stack(tstate, PY_MAX_FRAMES) else {
                         continue;
                     };

@@ -46,8 +46,8 @@ use std::{
 
 use profiler_common::PythonFrame;
 use sparkprof::collect::{
-    CollectError, Collector, CollectorConfig, Drain, RawPythonStack, RawSample, RawStack,
-    SampleKind,
+    CollectError, Collector, CollectorConfig, Drain, PythonThread, RawPythonStack, RawSample,
+    RawStack, SampleKind,
     off_cpu::{OffCpuConfig, OffCpuState},
     renames::{NameFeed, RenameSource, ThreadRename},
 };
@@ -412,7 +412,13 @@ fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<String, S
         .map_err(|err| format!("watch_python: {err}"))?;
     drain(collector)?;
     let sleeper = Worker::spawn(|_| workload::sleep_in_nanosleep(20, Duration::from_millis(50)));
-    collector.set_python_threads(pid, &[(sleeper.tid, case.tstate())]);
+    collector.set_python_threads(
+        pid,
+        &[PythonThread {
+            tid: sleeper.tid,
+            tstate: case.tstate(),
+        }],
+    );
     let tid = sleeper.tid;
     sleeper.finish();
     let mut samples = drain(collector)?.samples;
@@ -618,7 +624,13 @@ fn check_python(
     let spinner = Worker::spawn(|stop| {
         workload::sparkprof_vm_spin(stop);
     });
-    collector.set_python_threads(pid, &[(spinner.tid, case.tstate())]);
+    collector.set_python_threads(
+        pid,
+        &[PythonThread {
+            tid: spinner.tid,
+            tstate: case.tstate(),
+        }],
+    );
     drain(collector)?;
     let started = Instant::now();
     thread::sleep(Duration::from_millis(1200));

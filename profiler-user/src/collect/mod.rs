@@ -31,7 +31,7 @@ use aya::{
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{BUFFER_STOPPED, PythonOffsets, SampleKey, names, stack_error, stat};
 use python::PythonMaps;
-pub use python::RawPythonStack;
+pub use python::{PythonThread, RawPythonStack};
 use renames::{NameFeed, RenameFeed, ThreadRename};
 use thiserror::Error;
 use tracing::{debug, warn};
@@ -406,7 +406,7 @@ impl Collector {
 
     /// Replaces the threads of a followed CPython process: (tid,
     /// `PyThreadState` address).
-    pub fn set_python_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
+    pub fn set_python_threads(&mut self, pid: u32, threads: &[PythonThread]) {
         self.python.set_threads(pid, threads);
     }
 

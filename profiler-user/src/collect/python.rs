@@ -19,6 +19,15 @@ use tracing::debug;
 
 use super::{CollectError, take_map};
 
+/// A CPython thread the sampler follows: its thread id as the host sees
+/// it, and the address of its `PyThreadState`, where the kernel's walk of
+/// its Python frames starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PythonThread {
+    pub tid: u32,
+    pub tstate: u64,
+}
+
 /// The Python frames of one sample, innermost first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawPythonStack {
@@ -70,16 +79,16 @@ impl PythonMaps {
             })
     }
 
-    /// Replaces process `pid`'s threads by `threads` (tid, `PyThreadState`
-    /// address). A full thread map leaves the rest unfollowed (logged).
-    pub fn set_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
-        let now: HashSet<u32> = threads.iter().map(|&(tid, _)| tid).collect();
+    /// Replaces process `pid`'s threads by `threads`. A full thread map
+    /// leaves the rest unfollowed (logged).
+    pub fn set_threads(&mut self, pid: u32, threads: &[PythonThread]) {
+        let now: HashSet<u32> = threads.iter().map(|thread| thread.tid).collect();
         let before = self.registered.remove(&pid).unwrap_or_default();
         for gone in before.difference(&now) {
             let _ = self.threads.remove(gone);
         }
         let mut registered = HashSet::new();
-        for &(tid, tstate) in threads {
+        for &PythonThread { tid, tstate } in threads {
             match self.threads.insert(&tid, &tstate, 0) {
                 Ok(()) => {
                     registered.insert(tid);

@@ -15,6 +15,8 @@ use std::{
 use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
 use tracing::{debug, warn};
 
+use crate::collect::PythonThread;
+
 use super::{
     memory::{self, Memory},
     module::{self, FileNameVersion},
@@ -245,7 +247,7 @@ impl PythonProcess {
     /// the process's PID namespace to this host's. A thread with thread
     /// states in several interpreters is listed once, with the first found
     /// (the main interpreter's).
-    pub fn threads(&self) -> Result<Vec<(u32, u64)>, PythonError> {
+    pub fn threads(&self) -> Result<Vec<PythonThread>, PythonError> {
         let memory = &self.reader.memory;
         let mut raw = threads::list_thread_states(memory, self.offsets, self.runtime)?;
         // A thread that runs code in a sub-interpreter has a thread state in
@@ -269,7 +271,10 @@ impl PythonProcess {
                 Some(id) if live.contains_key(&id) => {
                     let host = live[&id];
                     if listed.insert(host) {
-                        result.push((host, thread.tstate));
+                        result.push(PythonThread {
+                            tid: host,
+                            tstate: thread.tstate,
+                        });
                     }
                 }
                 _ => via_pthread.push(*thread),
@@ -305,7 +310,10 @@ impl PythonProcess {
                 match tid.and_then(|tid| live.get(&tid)) {
                     Some(&host) => {
                         if listed.insert(host) {
-                            result.push((host, thread.tstate));
+                            result.push(PythonThread {
+                                tid: host,
+                                tstate: thread.tstate,
+                            });
                         }
                     }
                     None => debug!(
