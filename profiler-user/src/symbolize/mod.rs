@@ -44,12 +44,16 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// A frame that marks something about the stack (`[truncated]`, ...).
-    pub fn marker(name: &str) -> Self {
+    pub fn new(name: &str, kind: FrameKind) -> Self {
         Self {
             name: name.into(),
-            kind: FrameKind::Marker,
+            kind,
         }
+    }
+
+    /// A frame that marks something about the stack (`[truncated]`, ...).
+    pub fn marker(name: &str) -> Self {
+        Self::new(name, FrameKind::Marker)
     }
 }
 

@@ -89,13 +89,6 @@ mod tests {
     use super::*;
     use crate::{enrich::ProcessInfo, symbolize::Frame};
 
-    fn frame(name: &str, kind: FrameKind) -> Frame {
-        Frame {
-            name: name.into(),
-            kind,
-        }
-    }
-
     #[test]
     fn folds_root_first_with_kernel_suffix() {
         let sample = SymbolizedSample {
@@ -112,10 +105,10 @@ mod tests {
             task: None,
             kind: crate::collect::SampleKind::OnCpu,
             frames: vec![
-                frame("[truncated]", FrameKind::Marker),
-                frame("main", FrameKind::User),
-                frame("std::vec::Vec<T>::push", FrameKind::User),
-                frame("asm_exc_page_fault", FrameKind::Kernel),
+                Frame::new("[truncated]", FrameKind::Marker),
+                Frame::new("main", FrameKind::User),
+                Frame::new("std::vec::Vec<T>::push", FrameKind::User),
+                Frame::new("asm_exc_page_fault", FrameKind::Kernel),
             ],
             count: 3,
         };

@@ -258,13 +258,6 @@ fn merge_python(native: Vec<Frame>, python: Vec<Frame>) -> Vec<Frame> {
 mod tests {
     use super::*;
 
-    fn frame(name: &str, kind: FrameKind) -> Frame {
-        Frame {
-            name: name.into(),
-            kind,
-        }
-    }
-
     fn names(frames: &[Frame]) -> Vec<&str> {
         frames.iter().map(|f| &*f.name).collect()
     }
@@ -272,18 +265,18 @@ mod tests {
     #[test]
     fn python_frames_replace_the_evaluation_loop() {
         let native = vec![
-            frame("main", FrameKind::User),
-            frame("[unknown]", FrameKind::User),
-            frame("Py_RunMain", FrameKind::User),
-            frame("_PyEval_EvalFrameDefault", FrameKind::User),
-            frame("_PyFunction_Vectorcall", FrameKind::User),
-            frame("_PyEval_EvalFrameDefault", FrameKind::User),
-            frame("sock_recv", FrameKind::User),
-            frame("recv", FrameKind::User),
+            Frame::new("main", FrameKind::User),
+            Frame::new("[unknown]", FrameKind::User),
+            Frame::new("Py_RunMain", FrameKind::User),
+            Frame::new("_PyEval_EvalFrameDefault", FrameKind::User),
+            Frame::new("_PyFunction_Vectorcall", FrameKind::User),
+            Frame::new("_PyEval_EvalFrameDefault", FrameKind::User),
+            Frame::new("sock_recv", FrameKind::User),
+            Frame::new("recv", FrameKind::User),
         ];
         let python = vec![
-            frame("<module> (job.py:9)", FrameKind::Python),
-            frame("fetch (job.py:3)", FrameKind::Python),
+            Frame::new("<module> (job.py:9)", FrameKind::Python),
+            Frame::new("fetch (job.py:3)", FrameKind::Python),
         ];
         assert_eq!(
             names(&merge_python(native, python.clone())),
@@ -297,23 +290,23 @@ mod tests {
             ]
         );
         // No evaluation loop in sight: Python above the native leaf.
-        let leaf = vec![frame("clock_nanosleep", FrameKind::User)];
+        let leaf = vec![Frame::new("clock_nanosleep", FrameKind::User)];
         assert_eq!(
             names(&merge_python(leaf, python.clone())),
             vec!["<module> (job.py:9)", "fetch (job.py:3)", "clock_nanosleep"]
         );
         // -X perf trampolines stand for the evaluation loop too.
         let trampolines = vec![
-            frame("main", FrameKind::User),
-            frame("py::<module>:job.py", FrameKind::Jit),
-            frame("py::fetch:job.py", FrameKind::Jit),
-            frame("recv", FrameKind::User),
+            Frame::new("main", FrameKind::User),
+            Frame::new("py::<module>:job.py", FrameKind::Jit),
+            Frame::new("py::fetch:job.py", FrameKind::Jit),
+            Frame::new("recv", FrameKind::User),
         ];
         assert_eq!(
             names(&merge_python(trampolines, python)),
             vec!["main", "<module> (job.py:9)", "fetch (job.py:3)", "recv"]
         );
-        let alone = vec![frame("main", FrameKind::User)];
+        let alone = vec![Frame::new("main", FrameKind::User)];
         assert_eq!(names(&merge_python(alone, Vec::new())), vec!["main"]);
     }
 }
