@@ -227,8 +227,10 @@ fn thread_names(
         Ok(meta) => symbols
             .entry((meta.dev(), meta.ino()))
             .or_insert_with(|| {
-                crate::collect::jvm_symbol::set_native_thread_name_offset(Path::new(&path))
-                    .map_err(|err| err.to_string())
+                crate::runtime::jvm::thread_names::native_name::set_native_thread_name_offset(
+                    Path::new(&path),
+                )
+                .map_err(|err| err.to_string())
             })
             .clone(),
         Err(err) => Err(format!("cannot open {path}: {err}")),

@@ -13,8 +13,8 @@ use tracing::{error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
-    enrich::{Enricher, ProcessInfo, thread_dumps::DumpPolicy},
-    runtime::{Runtime, Runtimes, jvm::JitOptions},
+    enrich::{Enricher, ProcessInfo},
+    runtime::{Runtime, RuntimeStats, Runtimes, jvm::JvmOptions},
     symbolize::Symbolizer,
     sys::{caps::Capabilities, proc, sysctl},
     write::{
@@ -52,13 +52,10 @@ pub struct RecordOptions {
     pub stack_map_entries: Option<u32>,
     /// How long to keep retrying the final write when it fails.
     pub write_retry: Duration,
-    /// How JVMs' JIT frames are named.
-    pub jit: JitOptions,
+    /// How JVMs' JIT frames and thread names are found.
+    pub jvm: JvmOptions,
     /// How output is drawn.
     pub write: WriteOptions,
-    /// Full Java thread names from the rename uprobe where possible (else
-    /// only from the tracepoint and thread dumps).
-    pub jvm_rename_uprobe: bool,
     /// Record off-CPU time too, counting blocked periods at least this long.
     pub off_cpu_min_block: Option<Duration>,
 }
@@ -144,13 +141,9 @@ impl Pipeline {
         }
     }
 
-    /// Has the collector watch what a newly seen process needs: its thread
-    /// renames if it is a JVM, its off-CPU time if it is of interest.
+    /// Has the collector watch what a newly seen process needs (its
+    /// off-CPU time if it is of interest), and the runtimes take it on.
     fn watch(&mut self, process: &ProcessInfo) {
-        if let Some(libjvm) = process.runtime.libjvm() {
-            let feed = self.collector.watch_jvm(process.pid, libjvm);
-            self.enricher.watching(process.pid, feed);
-        }
         let off_cpu = if self.pids.is_empty() {
             process.is_jvm_or_python()
         } else {
@@ -167,10 +160,8 @@ impl Pipeline {
             self.watch(&process);
         }
         self.runtimes.synchronize(&mut self.collector);
-        let collector = &self.collector;
-        let drain = self
-            .enricher
-            .enrich(drain, &|pid| collector.current_epochs(pid));
+        let dumps = self.runtimes.thread_names(Some(&drain), &self.collector);
+        let drain = self.enricher.enrich(drain, dumps);
         let drain = self.symbolizer.symbolize(drain, &mut self.runtimes);
         // Exited processes' last samples are named: now they can go.
         for process in &drain.exited {
@@ -182,7 +173,7 @@ impl Pipeline {
 
     /// Stops sampling and takes in everything still in the kernel.
     fn finish(&mut self) {
-        self.runtimes.jvm.finishing();
+        self.runtimes.stopping();
         match self.collector.finish() {
             Ok(drain) => self.process(drain),
             Err(err) => {
@@ -191,7 +182,7 @@ impl Pipeline {
                 self.step();
             }
         }
-        self.runtimes.jvm.finish();
+        self.runtimes.stopped();
     }
 }
 
@@ -318,23 +309,21 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         stack_map_entries,
         count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
         target_pids: options.pids.clone(),
-        jvm_rename_uprobe: options.jvm_rename_uprobe,
         off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
             min_block,
             stack_map_entries: profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES,
             count_map_entries: profiler_common::DEFAULT_OFFCPU_COUNT_ENTRIES,
         }),
     };
-    let collector = Collector::start(&config)?;
+    let mut collector = Collector::start(&config)?;
+    let mut runtimes = Runtimes::new(options.jvm.clone());
+    runtimes.prepare(&mut collector);
     let mut pipeline = Pipeline {
         pids: options.pids.clone(),
         collector,
-        enricher: Enricher::new(DumpPolicy {
-            attach: options.jit.attach,
-            ..DumpPolicy::default()
-        }),
+        enricher: Enricher::new(),
         symbolizer: Symbolizer::new(),
-        runtimes: Runtimes::new(options.jit.clone()),
+        runtimes,
         writer: Writer::new(
             &options.output,
             WriteOptions {
@@ -347,22 +336,14 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             },
         ),
     };
-    // Processes already running: JVMs' renames (and off-CPU time) are
-    // watched from now on, and the names JVM threads have now are asked for
-    // right away.
-    let running = pipeline.enricher.running_processes();
-    for process in &running {
-        pipeline.watch(process);
+    // Processes already running: their renames (and off-CPU time) are
+    // watched from now on, and the names their threads have now are asked
+    // for right away.
+    for process in pipeline.enricher.running_processes() {
+        pipeline.watch(&process);
     }
-    let jvms: Vec<u32> = running
-        .iter()
-        .filter(|process| process.runtime.is_jvm())
-        .map(|process| process.pid)
-        .collect();
-    let collector = &pipeline.collector;
-    pipeline
-        .enricher
-        .dump_threads(&jvms, &|pid| collector.current_epochs(pid));
+    let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
+    pipeline.enricher.named(&dumps);
     info!(
         frequency_hz = options.frequency_hz,
         stack_depth,
@@ -372,14 +353,13 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         options.output.display()
     );
 
-    let header = |stats, jit, threads| Header {
+    let header = |stats, runtimes: RuntimeStats| Header {
         tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
         host: sysctl::read("kernel/hostname").unwrap_or_default(),
         frequency_hz: options.frequency_hz,
         stack_depth,
         stats,
-        jit,
-        threads,
+        runtimes,
     };
 
     let started = Instant::now();
@@ -403,11 +383,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                     last_flush = Instant::now();
                     if let Err(err) = pipeline
                         .writer
-                        .flush(&header(
-                            pipeline.collector.stats(),
-                            pipeline.runtimes.jvm.jit_stats(),
-                            pipeline.enricher.thread_stats(),
-                        )) {
+                        .flush(&header(pipeline.collector.stats(), pipeline.runtimes.stats())) {
                         warn!("periodic flush failed, will retry: {err}");
                     }
                 }
@@ -426,7 +402,6 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         collector,
         mut writer,
         runtimes,
-        enricher,
         ..
     } = pipeline;
     // Counting has stopped. Detaching the programs waits for an RCU grace
@@ -441,7 +416,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         .ok();
     let written = final_flush(
         &mut writer,
-        &header(stats, runtimes.jvm.jit_stats(), enricher.thread_stats()),
+        &header(stats, runtimes.stats()),
         options.write_retry,
         &mut signals,
     )

@@ -1,169 +1,161 @@
-//! Fake CPython thread states and frame chains in this process's memory,
-//! laid out as each supported CPython layout would have them, for the
-//! sampler's Python walker to follow.
+//! The Python walker of both samplers: fake CPython thread states and frame
+//! chains ([`crate::fake_python`]) followed on the CPU and off it.
 
-use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
 
-/// One frame: every layout's fields at fixed offsets (the offsets handed
-/// to the kernel say where).
-#[repr(C)]
-struct FakeFrame {
-    previous: u64,
-    code: u64,
-    instr: u64,
-    owner: u64,
-}
+use profiler_common::PythonFrame;
+use sparkprof::collect::{
+    Collector, PythonThread, RawPythonStack, RawSample, SampleKind, off_cpu::OffCpuState,
+};
 
-/// A `PyThreadState` or a `_PyCFrame`: the pointer the walker follows is
-/// the second word.
-#[repr(C)]
-struct FakeIndirect {
-    _pad: u64,
-    target: u64,
-}
+use crate::{
+    FREQUENCY_HZ, drain, fake_python, on_cpu_samples, sum,
+    workload::{self, Worker},
+};
 
-const PREVIOUS: u32 = 0;
-const CODE: u32 = 8;
-const INSTR: u32 = 16;
-const OWNER: u32 = 24;
-const TARGET: u32 = 8;
-/// CPython 3.12+'s `FRAME_OWNED_BY_CSTACK`.
-const OWNED_BY_CSTACK: u64 = 3;
+/// A thread registered with a fake CPython 3.13 thread state sleeps 20 x
+/// 50 ms: the off-CPU program walks its fake frames as it leaves the CPU,
+/// and its time asleep carries them.
+pub fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    let case = fake_python::FakeThread::cases()
+        .into_iter()
+        .next()
+        .expect("a fake thread");
+    collector
+        .watch_python(pid, &case.offsets)
+        .map_err(|err| format!("watch_python: {err}"))?;
+    drain(collector)?;
+    let sleeper = Worker::spawn(|_| workload::sleep_in_nanosleep(20, Duration::from_millis(50)));
+    collector.set_python_threads(
+        pid,
+        &[PythonThread {
+            tid: sleeper.tid,
+            tstate: case.tstate(),
+        }],
+    );
+    let tid = sleeper.tid;
+    sleeper.finish();
+    let mut samples = drain(collector)?.samples;
+    samples.extend(drain(collector)?.samples);
+    collector.set_python_threads(pid, &[]);
 
-/// A fake thread whose frames the kernel should record as `expected`.
-pub struct FakeThread {
-    pub name: &'static str,
-    pub offsets: PythonOffsets,
-    pub expected: Vec<PythonFrame>,
-    pub truncated: bool,
-    // Kept alive, and never moved (boxed; the frames' vector is never
-    // grown), while the kernel reads them.
-    tstate: Box<FakeIndirect>,
-    _cframe: Option<Box<FakeIndirect>>,
-    _frames: Vec<FakeFrame>,
-}
-
-impl FakeThread {
-    /// The address to register as the thread's `PyThreadState`.
-    pub fn tstate(&self) -> u64 {
-        &*self.tstate as *const FakeIndirect as u64
+    let want = RawPythonStack {
+        frames: case.expected.clone(),
+        truncated: case.truncated,
+    };
+    let asleep: Vec<&RawSample> = samples
+        .iter()
+        .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
+        .collect();
+    let total = sum(asleep.iter().map(|s| s.count));
+    let matching = sum(asleep
+        .iter()
+        .filter(|s| s.python.as_ref() == Some(&want))
+        .map(|s| s.count));
+    if !(900_000..=1_600_000).contains(&total) {
+        return Err(format!(
+            "{total} us off the CPU in state sleep, expected about 1000000 (20 x 50 ms)"
+        ));
     }
-
-    /// The four layouts the walker knows, one case each.
-    pub fn cases() -> Vec<FakeThread> {
-        vec![
-            // 3.13: current_frame, f_executable, instr_ptr, and a C-stack
-            // shim frame in the chain that must be stepped over.
-            Self::build(
-                "python_3_13_frames",
-                python_layout::CURRENT_FRAME,
-                true,
-                &[false, false, true, false, false],
-            ),
-            // 3.11: through cframe->current_frame, no owner field.
-            Self::build(
-                "python_3_11_frames",
-                python_layout::CFRAME,
-                false,
-                &[false, false, false],
-            ),
-            // 3.8-3.10: frame objects, the instruction an int (f_lasti).
-            Self::build(
-                "python_3_8_frames",
-                python_layout::FRAME_OBJECT,
-                false,
-                &[false, false, false],
-            ),
-            // A chain deeper than the kernel records: the innermost
-            // PY_MAX_FRAMES, marked truncated.
-            Self::build(
-                "python_deep_chain_truncated",
-                python_layout::CURRENT_FRAME,
-                false,
-                &[false; PY_MAX_FRAMES + 12],
-            ),
-        ]
-    }
-
-    /// A chain of frames, innermost first; `shims[i]` makes frame `i` a
-    /// C-stack shim (3.12+), which the kernel must skip.
-    fn build(name: &'static str, layout: u32, owner: bool, shims: &[bool]) -> Self {
-        let mut frames: Vec<FakeFrame> = Vec::with_capacity(shims.len());
-        let mut expected = Vec::new();
-        for (index, &shim) in shims.iter().enumerate() {
-            let index = index as u64;
-            let code = 0x7f00_0000_1000 + index * 0x100;
-            let (instr, expected_instr) = if layout == python_layout::FRAME_OBJECT {
-                // Only the low 32 bits (the int f_lasti) are the instruction.
-                let lasti = 10 + 2 * index;
-                (0xdead_beef_0000_0000 | lasti, lasti)
-            } else {
-                let pointer = code + 0x40 + 2 * index;
-                (pointer, pointer)
-            };
-            frames.push(FakeFrame {
-                previous: 0,
-                code,
-                instr,
-                owner: if shim { OWNED_BY_CSTACK } else { 0 },
-            });
-            if !shim {
-                expected.push(PythonFrame {
-                    code,
-                    instr: expected_instr,
-                });
-            }
-        }
-        let addresses: Vec<u64> = frames
+    // The first sleep may begin before the thread is registered.
+    if (matching as f64) < 0.85 * total as f64 {
+        let other = asleep
             .iter()
-            .map(|frame| frame as *const FakeFrame as u64)
-            .collect();
-        for (index, frame) in frames.iter_mut().enumerate() {
-            frame.previous = addresses.get(index + 1).copied().unwrap_or(0);
-        }
-        let innermost = addresses.first().copied().unwrap_or(0);
-        let (tstate, cframe) = if layout == python_layout::CFRAME {
-            let cframe = Box::new(FakeIndirect {
-                _pad: 0,
-                target: innermost,
-            });
-            let tstate = Box::new(FakeIndirect {
-                _pad: 0,
-                target: &*cframe as *const FakeIndirect as u64,
-            });
-            (tstate, Some(cframe))
-        } else {
-            (
-                Box::new(FakeIndirect {
-                    _pad: 0,
-                    target: innermost,
-                }),
-                None,
+            .find(|s| s.python.as_ref() != Some(&want))
+            .map(|s| describe_python(s.python.as_ref()));
+        return Err(format!(
+            "{matching} of {total} us asleep carry the fake chain ({} frames); another: {}",
+            want.frames.len(),
+            other.unwrap_or_default()
+        ));
+    }
+    Ok(format!(
+        "{matching} of {total} us asleep carry the {} fake frames exactly",
+        want.frames.len()
+    ))
+}
+
+/// A spinning thread registered with a fake thread state: its samples
+/// carry exactly the fake chain's frames.
+pub fn check_python(
+    collector: &mut Collector,
+    pid: u32,
+    case: &fake_python::FakeThread,
+) -> Result<String, String> {
+    collector
+        .watch_python(pid, &case.offsets)
+        .map_err(|err| format!("watch_python: {err}"))?;
+    let spinner = Worker::spawn(|stop| {
+        workload::sparkprof_vm_spin(stop);
+    });
+    collector.set_python_threads(
+        pid,
+        &[PythonThread {
+            tid: spinner.tid,
+            tstate: case.tstate(),
+        }],
+    );
+    drain(collector)?;
+    let started = Instant::now();
+    thread::sleep(Duration::from_millis(1200));
+    let drained = drain(collector)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let tid = spinner.tid;
+    spinner.finish();
+    collector.set_python_threads(pid, &[]);
+
+    let want = RawPythonStack {
+        frames: case.expected.clone(),
+        truncated: case.truncated,
+    };
+    let total = sum(on_cpu_samples(&drained, tid).map(|s| s.count));
+    let matching = sum(on_cpu_samples(&drained, tid)
+        .filter(|s| s.python.as_ref() == Some(&want))
+        .map(|s| s.count));
+    let expected = FREQUENCY_HZ as f64 * elapsed;
+    if (total as f64) < 0.4 * expected {
+        return Err(format!(
+            "{total} samples of the thread in {elapsed:.2} s (expected about {expected:.0})"
+        ));
+    }
+    if (matching as f64) < 0.9 * total as f64 {
+        let other = on_cpu_samples(&drained, tid)
+            .find(|s| s.python.as_ref() != Some(&want))
+            .map(|s| describe_python(s.python.as_ref()));
+        return Err(format!(
+            "{matching} of {total} samples carry the fake chain ({} frames{}); another: {}",
+            want.frames.len(),
+            if want.truncated { ", truncated" } else { "" },
+            other.unwrap_or_default()
+        ));
+    }
+    Ok(format!(
+        "{matching} of {total} samples carry the {} fake frames{} exactly",
+        want.frames.len(),
+        if want.truncated { " (truncated)" } else { "" }
+    ))
+}
+
+fn describe_python(stack: Option<&RawPythonStack>) -> String {
+    match stack {
+        None => "no Python stack".into(),
+        Some(stack) => {
+            let frames: Vec<String> = stack
+                .frames
+                .iter()
+                .take(6)
+                .map(|PythonFrame { code, instr }| format!("({code:#x}, {instr:#x})"))
+                .collect();
+            format!(
+                "{} frames [{}{}], truncated {}",
+                stack.frames.len(),
+                frames.join(", "),
+                if stack.frames.len() > 6 { ", ..." } else { "" },
+                stack.truncated
             )
-        };
-        let truncated = expected.len() > PY_MAX_FRAMES;
-        expected.truncate(PY_MAX_FRAMES);
-        Self {
-            name,
-            offsets: PythonOffsets {
-                layout,
-                tstate_frame: TARGET,
-                cframe_current_frame: if layout == python_layout::CFRAME {
-                    TARGET
-                } else {
-                    PY_NO_OFFSET
-                },
-                frame_previous: PREVIOUS,
-                frame_code: CODE,
-                frame_instr: INSTR,
-                frame_owner: if owner { OWNER } else { PY_NO_OFFSET },
-                owner_cstack: OWNED_BY_CSTACK as u32,
-            },
-            expected,
-            truncated,
-            tstate,
-            _cframe: cframe,
-            _frames: frames,
         }
     }
 }

@@ -104,6 +104,18 @@ pub fn sparkprof_vm_deep_sleep(depth: u32, each: Duration) {
     std::hint::black_box(depth);
 }
 
+/// The same under a frame of 8 KiB: the same depths make other stacks, at
+/// stack pointers that no plain depth shares (the off-CPU program reuses a
+/// walk while a thread leaves with the same registers, so stacks told apart
+/// only by a caller further out would look alike to it).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_padded_deep_sleep(depth: u32, each: Duration) {
+    let pad = std::hint::black_box([0u8; 8192]);
+    sparkprof_vm_deep_sleep(depth, each);
+    std::hint::black_box(&pad);
+}
+
 /// Renames the calling thread (`task:task_rename`).
 pub fn set_comm(name: &CStr) -> Result<(), String> {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.

@@ -1,10 +1,11 @@
 //! `cargo xtask test`: every test, on the real kernel.
 //!
-//! Order: lints, unit tests of every library crate, then the integration
-//! suite in `tests/`, which runs the release `sparkprof` binary as root
-//! against real workloads, one test at a time (they sample the whole host
-//! and change sysctls), then the kernel matrix (`vm-test`: every eBPF
-//! program on Linux 6.1 and 6.12 under qemu, about a minute when cached).
+//! Order: lints, unit tests of every library crate, the kernel programs'
+//! suite (`vm-tests/`) on this host's kernel, then the integration suite in
+//! `tests/`, which runs the release `sparkprof` binary as root against real
+//! workloads, one test at a time (they sample the whole host and change
+//! sysctls), then the same kernel suite as a matrix (`vm-test`: Linux 6.1
+//! and 6.12 under qemu, about a minute when cached).
 //! A missing component (root, BPF, java, a C compiler, pyspark) fails the
 //! run; nothing is skipped.
 
@@ -34,6 +35,8 @@ pub fn run(args: &[String]) -> Result<()> {
         unit.args(["-p", krate]);
     }
     run_cmd(&mut unit)?;
+
+    vm_test::run(&["--local".to_owned()])?;
 
     let mut integration = pinned_cargo();
     integration

@@ -1,5 +1,7 @@
-//! `cargo xtask vm-test [--kernel 6.1|6.12]... [--broken] [--timeout SECS]`:
-//! the kernel matrix.
+//! `cargo xtask vm-test [--local] [--kernel 6.1|6.12]... [--broken] [--timeout SECS]`:
+//! the kernel programs' suite (`vm-tests/`), run in an [`Environment`]:
+//! on this host's kernel (`--local`, part of `cargo xtask test` before the
+//! integration tests), or as the kernel matrix under qemu (the default).
 //!
 //! Every eBPF program sparkprof ships must load and work on the kernels
 //! Spark workers run, not only on this host's. For each pinned Debian cloud
@@ -119,19 +121,30 @@ echo \"SPARKPROF-VM-RESULT exit=$?\"
 $bb poweroff -f
 ";
 
+/// Where the suite runs (aya's `xtask` has the same two).
+enum Environment {
+    /// The running kernel, as root, directly.
+    Local,
+    /// Each pinned kernel, booted under qemu.
+    Vm,
+}
+
 struct Options {
+    environment: Environment,
     kernels: Vec<&'static Kernel>,
     broken: bool,
     timeout: Duration,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
+    let mut environment = Environment::Vm;
     let mut kernels = Vec::new();
     let mut broken = false;
     let mut timeout = DEFAULT_TIMEOUT;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--local" => environment = Environment::Local,
             "--kernel" => {
                 let name = args
                     .next()
@@ -149,14 +162,18 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             other => bail!(
                 "unknown vm-test argument {other:?} \
-                 (vm-test [--kernel 6.1|6.12]... [--broken] [--timeout SECS])"
+                 (vm-test [--local] [--kernel 6.1|6.12]... [--broken] [--timeout SECS])"
             ),
         }
+    }
+    if matches!(environment, Environment::Local) && !kernels.is_empty() {
+        bail!("--local runs the suite on this host's kernel: no --kernel with it");
     }
     if kernels.is_empty() {
         kernels = KERNELS.iter().collect();
     }
     Ok(Options {
+        environment,
         kernels,
         broken,
         timeout,
@@ -167,8 +184,38 @@ pub fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
     // SAFETY: no arguments, cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        bail!("vm-test installs packages and fetches kernels with apt-get: run it as root");
+        bail!(
+            "vm-test loads eBPF programs, installs packages and fetches kernels with apt-get: \
+             run it as root"
+        );
     }
+    match options.environment {
+        Environment::Local => run_local(options.broken),
+        Environment::Vm => run_vms(&options),
+    }
+}
+
+/// The suite on this host's kernel: the same binary the guests boot, run
+/// directly; its checks print as they pass or fail.
+fn run_local(broken: bool) -> Result<()> {
+    toolchain::setup()?;
+    let binary = build_guest(broken)?;
+    let started = Instant::now();
+    let status = Command::new(&binary)
+        .status()
+        .with_context(|| format!("running {}", binary.display()))?;
+    eprintln!(
+        "xtask: the kernel suite on this host's kernel: {status} in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        bail!("the kernel suite failed on this host's kernel ({status})");
+    }
+    Ok(())
+}
+
+/// The suite under qemu, one pinned kernel after another.
+fn run_vms(options: &Options) -> Result<()> {
     let started = Instant::now();
     toolchain::setup()?;
     toolchain::apt_install(&[
@@ -924,5 +971,9 @@ mod tests {
         assert_eq!(one.kernels[0].release, "6.1.0-50-cloud-amd64");
         assert!(one.broken);
         assert!(parse(&args(&["--kernel", "5.4"])).is_err());
+        assert!(matches!(all.environment, Environment::Vm));
+        let local = parse(&args(&["--local"])).unwrap();
+        assert!(matches!(local.environment, Environment::Local));
+        assert!(parse(&args(&["--local", "--kernel", "6.1"])).is_err());
     }
 }

@@ -7,7 +7,7 @@ use perf_maps::NameStyle;
 use sparkprof::{
     doctor,
     record::{RecordError, RecordOptions, record},
-    runtime::jvm::JitOptions,
+    runtime::jvm::{JitOptions, JvmOptions},
     write::WriteOptions,
 };
 
@@ -167,23 +167,25 @@ fn run_record(args: RecordArgs) -> ExitCode {
         flush_interval: Duration::from_secs(args.flush_interval.max(1)),
         stack_map_entries: args.stack_map_entries,
         write_retry: Duration::from_secs(args.write_retry_secs),
-        jit: JitOptions {
-            attach: !args.no_jvm_attach,
-            keep_maps: args.keep_perf_maps,
-            name_style: if args.java_signatures {
-                NameStyle::Full
-            } else {
-                NameStyle::Readable
+        jvm: JvmOptions {
+            jit: JitOptions {
+                attach: !args.no_jvm_attach,
+                keep_maps: args.keep_perf_maps,
+                name_style: if args.java_signatures {
+                    NameStyle::Full
+                } else {
+                    NameStyle::Readable
+                },
+                audit: args.jit_audit,
+                dump_budget: args.jit_dump_budget / 100.0,
+                ..JitOptions::default()
             },
-            audit: args.jit_audit,
-            dump_budget: args.jit_dump_budget / 100.0,
-            ..JitOptions::default()
+            rename_uprobe: args.thread_names == ThreadNames::Auto,
         },
         write: WriteOptions {
             task_frames: args.task_frames,
             ..WriteOptions::default()
         },
-        jvm_rename_uprobe: args.thread_names == ThreadNames::Auto,
         off_cpu_min_block: args
             .off_cpu
             .then(|| Duration::from_micros(args.min_block_us)),

@@ -7,7 +7,6 @@
 //! files; later stages take it from there.
 
 pub mod btf;
-pub mod jvm_symbol;
 pub mod object;
 pub mod off_cpu;
 pub mod python;
@@ -15,6 +14,7 @@ pub mod renames;
 
 use std::{
     collections::HashMap as StdHashMap,
+    path::Path,
     thread,
     time::{Duration, SystemTime},
 };
@@ -32,7 +32,7 @@ use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{BUFFER_STOPPED, PythonOffsets, SampleKey, names, stack_error, stat};
 use python::PythonMaps;
 pub use python::{PythonThread, RawPythonStack};
-use renames::{NameFeed, RenameFeed, ThreadRename};
+use renames::{RenameFeed, ThreadRename};
 use thiserror::Error;
 use tracing::{debug, warn};
 
@@ -55,9 +55,6 @@ pub struct CollectorConfig {
     pub count_map_entries: u32,
     /// Only these processes, when not empty.
     pub target_pids: Vec<u32>,
-    /// Put the rename uprobe on JVMs' libjvm.so (off: every JVM's full
-    /// thread names come from the tracepoint and thread dumps).
-    pub jvm_rename_uprobe: bool,
     /// Record off-CPU time too (of the processes passed to
     /// [`Collector::watch_off_cpu`]).
     pub off_cpu: Option<OffCpuConfig>,
@@ -299,8 +296,7 @@ impl Collector {
                 source,
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
-        let mut renames = RenameFeed::load(&mut ebpf, btf.as_ref(), config.jvm_rename_uprobe)?;
-        renames.watch_installed_jvms(&mut ebpf);
+        let renames = RenameFeed::load(&mut ebpf, btf.as_ref())?;
         let python = PythonMaps::take(&mut ebpf)?;
         let off_cpu = match &off_cpu_globals {
             Some(globals) => Some(OffCpuRecorder::load(
@@ -389,10 +385,18 @@ impl Collector {
         }
     }
 
-    /// Makes sure the full names of a JVM's threads are reported (`libjvm`
-    /// is the path of its libjvm.so as the process sees it).
-    pub fn watch_jvm(&mut self, pid: u32, libjvm: &str) -> NameFeed {
-        self.renames.watch_jvm(&mut self.ebpf, pid, libjvm)
+    /// Announces the renames of every thread that calls the function at
+    /// `offset` in the file at `path` (one that names the calling thread,
+    /// its first argument the name), in every process that maps the file.
+    pub fn attach_name_setter(&mut self, path: &Path, offset: u64) -> Result<(), CollectError> {
+        self.renames
+            .attach_name_setter(&mut self.ebpf, path, offset)
+    }
+
+    /// Announces the renames of process `pid`'s threads through the
+    /// `task_rename` tracepoint (comms only); says why not when it cannot.
+    pub fn watch_renames(&mut self, pid: u32) -> Result<(), String> {
+        self.renames.watch(pid)
     }
 
     /// Follows a CPython process's frames (see [`python`]).

@@ -1,19 +1,17 @@
-//! The kernel's rename feed: full Java thread names as threads get them.
+//! The kernel's rename feed: threads' names as they get them.
 //!
-//! A uprobe on HotSpot's `os::set_native_thread_name` is attached once per
-//! distinct libjvm.so (uprobes live on the file's inode, so one attachment
-//! covers every JVM that maps it, in any container). JVMs whose libjvm.so
-//! lacks the symbol are put in the `task_rename` tracepoint's watch list
-//! instead: that feed only says *that* a thread was renamed (and its comm),
-//! and userspace asks the JVM for the full name. Renames arrive through a
-//! ring buffer, read after each buffer flip so that every epoch a drained
-//! count carries has already been announced.
+//! Two programs announce renames with the thread's new name epoch: a uprobe
+//! on a function that names the calling thread (runtimes place it, e.g.
+//! on HotSpot's `os::set_native_thread_name`, with the full name), and the
+//! `task_rename` tracepoint for the processes in its watch list (the 15-byte
+//! comm only; the runtime asks the process for the full name). Renames
+//! arrive through a ring buffer, read after each buffer flip so that every
+//! epoch a drained count carries has already been announced.
 
 use std::{
     collections::{HashMap as StdHashMap, HashSet},
     fs,
-    os::unix::fs::MetadataExt as _,
-    path::PathBuf,
+    path::Path,
     time::{Duration, SystemTime},
 };
 
@@ -23,9 +21,9 @@ use aya::{
     programs::{BtfTracePoint, UProbe, uprobe::UProbeScope},
 };
 use profiler_common::{RenameEvent, THREAD_NAME_LEN, names, rename_source};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use super::{CollectError, jvm_symbol, take_map};
+use super::{CollectError, take_map};
 
 /// Where a thread's new name came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,40 +101,20 @@ impl MonotonicClock {
     }
 }
 
-/// How a JVM's full thread names reach sparkprof.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NameFeed {
-    /// Exact: the uprobe sees every rename with its full name.
-    Uprobe,
-    /// The tracepoint reports renames; names come from Thread.print.
-    Tracepoint { reason: String },
-    /// Neither (the reason says why): names come from periodic Thread.print
-    /// and comm.
-    None { reason: String },
-}
-
 /// The rename programs, their attachments and the ring buffer.
 pub struct RenameFeed {
     renames: RingBuf<MapData>,
     epochs: aya::maps::HashMap<MapData, u32, u32>,
     watch: HashMap<MapData, u32, u8>,
-    /// libjvm.so files (device, inode) the uprobe is on, or why it is not.
-    libjvms: StdHashMap<(u64, u64), Result<(), String>>,
     watched: HashSet<u32>,
     tracepoint: Result<(), String>,
-    /// Why the uprobe is not used at all, if it is not.
-    uprobe_off: Option<String>,
     clock: MonotonicClock,
 }
 
 impl RenameFeed {
     /// Loads the uprobe and the BTF tracepoint (attaching the latter, by the
     /// kernel's `btf`: no tracefs involved).
-    pub fn load(
-        ebpf: &mut Ebpf,
-        btf: Result<&Btf, &String>,
-        use_uprobe: bool,
-    ) -> Result<Self, CollectError> {
+    pub fn load(ebpf: &mut Ebpf, btf: Result<&Btf, &String>) -> Result<Self, CollectError> {
         let program_error = |name| move |source| CollectError::Program { name, source };
         let uprobe: &mut UProbe = ebpf
             .program_mut(names::PROGRAM_JVM_THREAD_NAME)
@@ -168,87 +146,48 @@ impl RenameFeed {
             renames: take_map(ebpf, names::RENAMES)?,
             epochs: take_map(ebpf, names::THREAD_EPOCHS)?,
             watch: take_map(ebpf, names::RENAME_WATCH_TGIDS)?,
-            libjvms: StdHashMap::new(),
             watched: HashSet::new(),
             tracepoint,
-            uprobe_off: (!use_uprobe)
-                .then(|| "rename uprobe off (--thread-names dumps)".to_owned()),
             clock: MonotonicClock::now(),
         })
     }
 
-    /// Makes sure a JVM's renames are seen: the uprobe on its libjvm.so
-    /// (`libjvm` as the process sees the path), else the tracepoint.
-    pub fn watch_jvm(&mut self, ebpf: &mut Ebpf, pid: u32, libjvm: &str) -> NameFeed {
-        // Through the process's root: a containerized JVM's library is not
-        // at that path in our mount namespace.
-        let path = PathBuf::from(format!("/proc/{pid}/root{libjvm}"));
-        let attached = match &self.uprobe_off {
-            Some(off) => Err(off.clone()),
-            None => self.uprobe_on(ebpf, &path, libjvm),
-        };
-        match attached {
-            Ok(()) => NameFeed::Uprobe,
-            Err(reason) => match &self.tracepoint {
-                Ok(()) => {
-                    if self.watched.insert(pid)
-                        && let Err(err) = self.watch.insert(&pid, &1u8, 0)
-                    {
-                        self.watched.remove(&pid);
-                        return NameFeed::None {
-                            reason: format!("{reason}; rename watch list full ({err})"),
-                        };
-                    }
-                    NameFeed::Tracepoint { reason }
-                }
-                Err(tracepoint) => NameFeed::None {
-                    reason: format!("{reason}; {tracepoint}"),
-                },
-            },
-        }
-    }
-
-    /// Puts the uprobe on the JDKs installed on the host
-    /// (`/usr/lib/jvm/*/lib/server/libjvm.so` and JDK 8's
-    /// `jre/lib/amd64/server`), before any of their JVMs starts: uprobes sit
-    /// on the file, so a JVM started later has every rename seen from its
-    /// first thread on, names given at thread start included.
-    pub fn watch_installed_jvms(&mut self, ebpf: &mut Ebpf) {
-        if self.uprobe_off.is_some() {
-            return;
-        }
-        let Ok(jdks) = fs::read_dir("/usr/lib/jvm") else {
-            return;
-        };
-        for jdk in jdks.filter_map(Result::ok) {
-            for relative in ["lib/server/libjvm.so", "jre/lib/amd64/server/libjvm.so"] {
-                let path = jdk.path().join(relative);
-                if !path.exists() {
-                    continue;
-                }
-                let shown = path.display().to_string();
-                if let Err(reason) = self.uprobe_on(ebpf, &path, &shown) {
-                    debug!("installed JDK {shown}: {reason}");
-                }
-            }
-        }
-    }
-
-    /// The uprobe on the libjvm.so at `path` (`shown` in messages), placed
-    /// once per file (device, inode): a symlinked JDK directory, or the same
-    /// library seen through several processes' roots, is one file.
-    fn uprobe_on(
+    /// Puts the name-setter uprobe on the function at `offset` in the file
+    /// at `path`: a function that names the calling thread, its name (a C
+    /// string) the first argument. Uprobes live on the file's inode, so one
+    /// attachment covers every process that maps it, in any container.
+    pub fn attach_name_setter(
         &mut self,
         ebpf: &mut Ebpf,
-        path: &std::path::Path,
-        shown: &str,
-    ) -> Result<(), String> {
-        let meta =
-            fs::metadata(path).map_err(|err| format!("cannot open {}: {err}", path.display()))?;
-        self.libjvms
-            .entry((meta.dev(), meta.ino()))
-            .or_insert_with(|| attach_uprobe(ebpf, path, shown))
-            .clone()
+        path: &Path,
+        offset: u64,
+    ) -> Result<(), CollectError> {
+        let program_error = |source| CollectError::Program {
+            name: names::PROGRAM_JVM_THREAD_NAME,
+            source,
+        };
+        let program: &mut UProbe = ebpf
+            .program_mut(names::PROGRAM_JVM_THREAD_NAME)
+            .ok_or(CollectError::MissingProgram(names::PROGRAM_JVM_THREAD_NAME))?
+            .try_into()
+            .map_err(program_error)?;
+        program
+            .attach([offset], path, UProbeScope::AllProcesses)
+            .map(drop)
+            .map_err(program_error)
+    }
+
+    /// Has the `task_rename` tracepoint report the renames of process
+    /// `pid`'s threads; says why not when it cannot.
+    pub fn watch(&mut self, pid: u32) -> Result<(), String> {
+        self.tracepoint.clone()?;
+        if self.watched.insert(pid)
+            && let Err(err) = self.watch.insert(&pid, &1u8, 0)
+        {
+            self.watched.remove(&pid);
+            return Err(format!("rename watch list full ({err})"));
+        }
+        Ok(())
     }
 
     /// Stops watching an exited process.
@@ -282,20 +221,6 @@ impl RenameFeed {
         }
         renames
     }
-}
-
-fn attach_uprobe(ebpf: &mut Ebpf, path: &std::path::Path, libjvm: &str) -> Result<(), String> {
-    let offset = jvm_symbol::set_native_thread_name_offset(path).map_err(|err| err.to_string())?;
-    let program: &mut UProbe = ebpf
-        .program_mut(names::PROGRAM_JVM_THREAD_NAME)
-        .ok_or("the rename uprobe is missing from the object")?
-        .try_into()
-        .map_err(|err| format!("{err}"))?;
-    program
-        .attach([offset], path, UProbeScope::AllProcesses)
-        .map_err(|err| format!("uprobe on {libjvm}+{offset:#x} failed: {err}"))?;
-    info!("full thread names from {libjvm} (uprobe at {offset:#x})");
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,31 +4,26 @@
 //! to tell a reused PID from the original, kernel thread or not, its Spark
 //! role, application and executor: [`spark`]) and the thread (its full name
 //! at the sample's name epoch: [`name_history`], fed by the kernel's rename events
-//! and by thread dumps: [`thread_dumps`]; and the Spark task it ran).
+//! and by the thread dumps runtimes take; and the Spark task it ran).
 //! Process facts are read from /proc once per process and cached; a process
 //! whose PID disappears, or comes back with another start time, is reported
 //! as exited so that later stages can drop what they cached for it.
 //!
 //! Enrichment runs in two steps per drain: [`Enricher::discover`] finds the
-//! processes a drain is about (and reports JVMs seen for the first time, so
-//! the caller can have the collector watch their renames), then
+//! processes a drain is about (and reports those seen for the first time, so
+//! the caller can have the runtimes and the collector watch them), then
 //! [`Enricher::enrich`] names every sample.
 
 pub mod name_history;
 pub mod spark;
-pub mod thread_dumps;
 
 use std::{collections::HashMap, sync::Arc};
 
-use name_history::ThreadNames;
+use name_history::{ThreadDump, ThreadNames};
 use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
-use thread_dumps::{DumpPolicy, EpochReader, ThreadDumper};
 use tracing::debug;
 
-use crate::collect::{
-    Drain, RawSample, RawStack,
-    renames::{NameFeed, RenameSource},
-};
+use crate::collect::{Drain, RawSample, RawStack};
 use crate::sys::proc::{self, MapPath, Mapping};
 
 /// What the pipeline knows about one process.
@@ -140,48 +135,22 @@ pub struct EnrichedDrain {
     pub exited: Vec<Arc<ProcessInfo>>,
 }
 
-/// Thread-naming statistics over a recording, reported in index.json.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct ThreadStats {
-    /// JVMs whose renames the uprobe reports with full names.
-    pub jvms_exact_names: u64,
-    /// JVMs named through the tracepoint and thread dumps.
-    pub jvms_dump_names: u64,
-    /// Thread dumps taken, and failed.
-    pub thread_dumps: u64,
-    pub thread_dump_failures: u64,
-}
-
 /// The enrich stage: process cache, thread names, Spark identities.
 #[derive(Default)]
 pub struct Enricher {
     processes: HashMap<u32, Arc<ProcessInfo>>,
     names: ThreadNames,
-    dumper: ThreadDumper,
     /// Executors' links to their drivers, for drivers' application IDs.
     driver_links: HashMap<u32, DriverLink>,
     /// An executor appeared since drivers were last matched.
     links_changed: bool,
     /// Processes first seen in the current drain and already gone.
     gone: HashMap<u32, Arc<ProcessInfo>>,
-    stats: ThreadStats,
 }
 
 impl Enricher {
-    pub fn new(policy: DumpPolicy) -> Self {
-        Self {
-            dumper: ThreadDumper::new(policy),
-            ..Self::default()
-        }
-    }
-
-    /// Thread-naming statistics so far.
-    pub fn thread_stats(&self) -> ThreadStats {
-        ThreadStats {
-            thread_dumps: self.dumper.dumps,
-            thread_dump_failures: self.dumper.failures,
-            ..self.stats
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Every process running on the host now, identified and cached, so the
@@ -193,26 +162,10 @@ impl Enricher {
             .collect()
     }
 
-    /// The collector watches the renames of JVM `pid` through `feed`.
-    pub fn watching(&mut self, pid: u32, feed: NameFeed) {
-        match &feed {
-            NameFeed::Uprobe => self.stats.jvms_exact_names += 1,
-            NameFeed::Tracepoint { reason } | NameFeed::None { reason } => {
-                self.stats.jvms_dump_names += 1;
-                tracing::info!(
-                    pid,
-                    "JVM {pid}: full thread names from thread dumps: {reason}"
-                );
-            }
-        }
-        self.dumper.watch(pid, feed);
-    }
-
-    /// Takes the thread dumps that are due for these JVMs now, before any
-    /// sample is drained. At start-up this learns the names threads were
-    /// given before sparkprof watched their renames.
-    pub fn dump_threads(&mut self, pids: &[u32], epochs: EpochReader<'_>) {
-        for dump in self.dumper.run(pids, epochs) {
+    /// Files the thread names runtimes read from their processes before
+    /// sampling starts: names given before sparkprof watched renames.
+    pub fn named(&mut self, dumps: &[ThreadDump]) {
+        for dump in dumps {
             self.names.apply_dump(dump.pid, &dump.threads, dump.time);
         }
     }
@@ -300,25 +253,16 @@ impl Enricher {
         }
     }
 
-    /// Names the threads of a drain and tags Spark tasks. Call after
-    /// [`Self::discover`] for the same drain.
-    pub fn enrich(&mut self, drain: Drain, epochs: EpochReader<'_>) -> EnrichedDrain {
+    /// Names the threads of a drain and tags Spark tasks, with the thread
+    /// dumps runtimes took for this drain. Call after [`Self::discover`] for
+    /// the same drain.
+    pub fn enrich(&mut self, drain: Drain, mut dumps: Vec<ThreadDump>) -> EnrichedDrain {
         self.names.apply(&drain.renames);
-        for rename in &drain.renames {
-            if rename.source == RenameSource::TaskRename {
-                self.dumper.renamed(rename.tgid);
-            }
-        }
-        // Thread dumps where due (JVMs first seen, tracepoint-fed JVMs
-        // after renames). A name tied to its epoch (no rename during the
-        // dump) names this drain's samples of that epoch too; the others
-        // are filed after this drain is named: renames between the buffer
-        // flip and the dump only arrive with the next drain, and until then
-        // such a name could be filed under the wrong epoch.
-        let mut sampled: Vec<u32> = drain.samples.iter().map(|s| s.tgid).collect();
-        sampled.sort_unstable();
-        sampled.dedup();
-        let mut dumps = self.dumper.run(&sampled, epochs);
+        // A dumped name tied to its epoch (no rename during the dump) names
+        // this drain's samples of that epoch too; the others are filed after
+        // this drain is named: renames between the buffer flip and the dump
+        // only arrive with the next drain, and until then such a name could
+        // be filed under the wrong epoch.
         for dump in &mut dumps {
             let (tied, loose): (Vec<_>, Vec<_>) = std::mem::take(&mut dump.threads)
                 .into_iter()
@@ -368,7 +312,6 @@ impl Enricher {
         });
         for info in &exited {
             self.names.forget_process(info.pid);
-            self.dumper.forget(info.pid);
             self.driver_links.remove(&info.pid);
             debug!(pid = info.pid, "process exited");
         }

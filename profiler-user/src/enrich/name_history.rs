@@ -5,7 +5,8 @@
 //! name its thread had when it was taken, however briefly (Spark renames a
 //! pooled thread at every task start and end). Three sources, by trust:
 //! 1. the JVM rename uprobe: the full name of exactly that epoch;
-//! 2. a thread dump (`Thread.print`): the full name the thread had when the
+//! 2. a thread dump ([`ThreadDump`], e.g. the JVM's `Thread.print`, taken by
+//!    its runtime): the full name the thread had when the
 //!    dump ran, filed under the latest epoch known for it (names given before
 //!    sparkprof started, and JVMs without the uprobe);
 //! 3. the comm the kernel stored with the sample (15 bytes).
@@ -18,8 +19,28 @@ use std::{
     time::SystemTime,
 };
 
-use super::thread_dumps::DumpedThread;
 use crate::collect::renames::{RenameSource, ThreadRename};
+
+/// The full names of a process's threads, read from the process itself at
+/// one moment (a runtime's thread dump, e.g. the JVM's `Thread.print`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadDump {
+    pub pid: u32,
+    pub time: SystemTime,
+    pub threads: Vec<DumpedThread>,
+}
+
+/// One thread of a dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpedThread {
+    /// Its id as the host sees it.
+    pub tid: u32,
+    /// Its full name.
+    pub name: String,
+    /// Its name epoch, if that was the same just before and just after the
+    /// dump: then the name is exactly that epoch's.
+    pub epoch: Option<u32>,
+}
 
 /// Bytes of a Linux comm without its NUL: what a long name is cut to.
 const COMM_BYTES: usize = 15;

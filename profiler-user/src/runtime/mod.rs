@@ -8,23 +8,35 @@
 //! A runtime may read and write the collector's per-process kernel state
 //! and is read by the symbolizer; no pipeline stage depends on it.
 //!
-//! [`jvm`] (HotSpot's JIT frames) and [`python`] (CPython's frames). The
-//! JVM's thread names still live in the stages (`collect::renames`,
-//! `enrich::thread_dumps`).
+//! [`jvm`] (HotSpot: JIT frames, full thread names) and [`python`]
+//! (CPython's frames).
 
 pub mod jvm;
 pub mod python;
 
 use std::sync::Arc;
 
+use serde::Serialize;
+
 use crate::{
-    collect::{Collector, RawPythonStack},
-    enrich::{EnrichedSample, ProcessInfo},
+    collect::{Collector, Drain, RawPythonStack},
+    enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     symbolize::{Frame, RuntimeFrames},
 };
 
-/// A runtime's hold on the processes that run it.
+/// A runtime's hold on the processes that run it, driven by `record` in
+/// this order: [`prepare`](Self::prepare) once, then per process
+/// [`discovered`](Self::discovered) and, per drain,
+/// [`synchronize`](Self::synchronize) and [`thread_names`](Self::thread_names)
+/// before its samples are named, [`exited`](Self::exited) after; at the end
+/// [`stopping`](Self::stopping) before the last drain and
+/// [`stopped`](Self::stopped) after it.
 pub trait Runtime {
+    /// Before any process is discovered: what needs no process (e.g. a
+    /// uprobe on an installed runtime's library, so that processes started
+    /// later are seen from their first instruction).
+    fn prepare(&mut self, _collector: &mut Collector) {}
+
     /// A process seen for the first time: take it on if it runs this
     /// runtime (and tell the collector what its kernel side needs).
     fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector);
@@ -33,8 +45,28 @@ pub trait Runtime {
     /// per-process state up to date (threads come and go).
     fn synchronize(&mut self, collector: &mut Collector);
 
+    /// Full thread names read from the processes themselves (the kernel
+    /// keeps 15 bytes), due for this drain; `None`: before sampling starts,
+    /// for every process held.
+    fn thread_names(&mut self, _drain: Option<&Drain>, _collector: &Collector) -> Vec<ThreadDump> {
+        Vec::new()
+    }
+
+    /// The drains that follow are the recording's last.
+    fn stopping(&mut self) {}
+
+    /// The recording ended: clean up what the runtime left on the host.
+    fn stopped(&mut self) {}
+
     /// The process exited (its last samples are named): let go of it.
     fn exited(&mut self, process: &ProcessInfo);
+}
+
+/// What the runtimes report in index.json (its `jit` and `threads`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RuntimeStats {
+    pub jit: jvm::JitStats,
+    pub threads: jvm::thread_names::ThreadStats,
 }
 
 /// Every runtime sparkprof knows, driven alike.
@@ -44,9 +76,9 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
-    pub fn new(jit: jvm::JitOptions) -> Self {
+    pub fn new(jvm: jvm::JvmOptions) -> Self {
         Self {
-            jvm: jvm::JvmRuntime::new(jit),
+            jvm: jvm::JvmRuntime::new(jvm),
             python: python::PythonRuntime::default(),
         }
     }
@@ -54,9 +86,23 @@ impl Runtimes {
     fn all(&mut self) -> [&mut dyn Runtime; 2] {
         [&mut self.jvm, &mut self.python]
     }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            jit: self.jvm.jit_stats(),
+            threads: self.jvm.thread_stats(),
+        }
+    }
 }
 
 impl Runtime for Runtimes {
+    fn prepare(&mut self, collector: &mut Collector) {
+        for runtime in self.all() {
+            runtime.prepare(collector);
+        }
+    }
+
     fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector) {
         for runtime in self.all() {
             runtime.discovered(process, collector);
@@ -66,6 +112,25 @@ impl Runtime for Runtimes {
     fn synchronize(&mut self, collector: &mut Collector) {
         for runtime in self.all() {
             runtime.synchronize(collector);
+        }
+    }
+
+    fn thread_names(&mut self, drain: Option<&Drain>, collector: &Collector) -> Vec<ThreadDump> {
+        self.all()
+            .into_iter()
+            .flat_map(|runtime| runtime.thread_names(drain, collector))
+            .collect()
+    }
+
+    fn stopping(&mut self) {
+        for runtime in self.all() {
+            runtime.stopping();
+        }
+    }
+
+    fn stopped(&mut self) {
+        for runtime in self.all() {
+            runtime.stopped();
         }
     }
 

@@ -28,7 +28,7 @@ use std::{path::Path, time::SystemTime};
 use serde::Serialize;
 
 use super::ProfileKind;
-use crate::{collect::KernelStats, enrich::ThreadStats, runtime::jvm::JitStats};
+use crate::{collect::KernelStats, runtime::RuntimeStats};
 
 /// Schema version of index.json.
 pub const INDEX_VERSION: u32 = 1;
@@ -41,8 +41,9 @@ pub struct Header {
     pub frequency_hz: u64,
     pub stack_depth: u32,
     pub stats: KernelStats,
-    pub jit: JitStats,
-    pub threads: ThreadStats,
+    /// `jit` and `threads`.
+    #[serde(flatten)]
+    pub runtimes: RuntimeStats,
 }
 
 /// Who a file is about.

@@ -723,8 +723,7 @@ mod tests {
             frequency_hz: 99,
             stack_depth: 127,
             stats: Default::default(),
-            jit: Default::default(),
-            threads: Default::default(),
+            runtimes: Default::default(),
         }
     }
 

@@ -527,7 +527,7 @@ fn dump_pauses(log: &str) -> (Vec<f64>, BTreeMap<String, Vec<f64>>, Option<u64>)
 /// `DumpPolicy::default()`'s `min_interval` and `safety_interval` (s), read
 /// from sparkprof's source so that the bound stated is the one it applies.
 fn dump_policy() -> Result<(f64, f64)> {
-    let path = workspace_root().join("profiler-user/src/enrich/thread_dumps.rs");
+    let path = workspace_root().join("profiler-user/src/runtime/jvm/thread_names/dumps.rs");
     let source =
         fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let default = source

@@ -1,17 +1,20 @@
-//! HotSpot JVMs followed through their lives, as far as their frames go:
-//! each drain, the sampled addresses in a JVM's code cache (anonymous
-//! executable memory) are claimed from the native symbolizer and named from
-//! the JVM's perf map, asked for in parallel where it is stale; a JVM's
-//! state goes when it exits. (Its thread names are still the enrich
-//! stage's: `collect::renames`, `enrich::thread_dumps`.)
+//! HotSpot JVMs followed through their lives: when one is first seen, its
+//! threads' renames are watched ([`super::thread_names`]); each drain, the
+//! thread dumps due are taken, and the sampled addresses in a JVM's code
+//! cache (anonymous executable memory) are claimed from the native
+//! symbolizer and named from the JVM's perf map, asked for in parallel where
+//! it is stale; a JVM's state goes when it exits.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{JitBatch, JitOptions, JitStats, JitSymbolizer};
+use super::{
+    JitBatch, JitStats, JitSymbolizer, JvmOptions,
+    thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
+};
 use crate::{
-    collect::{Collector, RawPythonStack},
-    enrich::{EnrichedSample, ProcessInfo},
+    collect::{Collector, Drain, RawPythonStack},
+    enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     runtime::Runtime,
     symbolize::{Frame, FrameKind, RuntimeFrames, proc_maps::ProcMaps},
 };
@@ -19,8 +22,9 @@ use crate::{
 /// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
 const COMPILER_THREADS: [&str; 2] = ["C2 CompilerThre", "C1 CompilerThre"];
 
-/// Every JVM whose compiled frames sparkprof names.
+/// Every JVM whose threads and compiled frames sparkprof names.
 pub struct JvmRuntime {
+    names: JvmThreadNames,
     jit: JitSymbolizer,
     /// This drain's addresses in JVM code caches.
     jit_addrs: HashSet<(u32, u64)>,
@@ -32,9 +36,14 @@ pub struct JvmRuntime {
 }
 
 impl JvmRuntime {
-    pub fn new(options: JitOptions) -> Self {
+    pub fn new(options: JvmOptions) -> Self {
+        let dumps = DumpPolicy {
+            attach: options.jit.attach,
+            ..DumpPolicy::default()
+        };
         Self {
-            jit: JitSymbolizer::new(options),
+            names: JvmThreadNames::new(options.rename_uprobe, dumps),
+            jit: JitSymbolizer::new(options.jit),
             jit_addrs: HashSet::new(),
             batches: Vec::new(),
             compiling: HashSet::new(),
@@ -42,31 +51,47 @@ impl JvmRuntime {
         }
     }
 
-    /// Marks the drains that follow as the recording's last: JVM maps are
-    /// refreshed once more for them.
-    pub fn finishing(&mut self) {
-        self.final_pass = true;
-    }
-
-    /// End of the recording: cleans up what naming left on the host.
-    pub fn finish(&mut self) {
-        self.jit.finish();
-    }
-
     /// JIT statistics so far.
     pub fn jit_stats(&self) -> JitStats {
         self.jit.stats()
     }
+
+    /// Thread-naming statistics so far.
+    pub fn thread_stats(&self) -> ThreadStats {
+        self.names.stats()
+    }
 }
 
 impl Runtime for JvmRuntime {
-    /// Nothing to tell the kernel about a JVM's frames (its rename uprobe
-    /// is set up with its thread names, by `record`).
-    fn discovered(&mut self, _: &ProcessInfo, _: &mut Collector) {}
+    fn prepare(&mut self, collector: &mut Collector) {
+        self.names.watch_installed_jdks(collector);
+    }
+
+    /// A JVM's renames are watched; its frames need nothing of the kernel.
+    fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector) {
+        if let Some(libjvm) = process.runtime.libjvm() {
+            self.names.watch(process.pid, libjvm, collector);
+        }
+    }
 
     fn synchronize(&mut self, _: &mut Collector) {}
 
+    fn thread_names(&mut self, drain: Option<&Drain>, collector: &Collector) -> Vec<ThreadDump> {
+        self.names.dumps(drain, collector)
+    }
+
+    /// JVM maps are refreshed once more for the last drains.
+    fn stopping(&mut self) {
+        self.final_pass = true;
+    }
+
+    /// Cleans up the perf maps sparkprof had JVMs write.
+    fn stopped(&mut self) {
+        self.jit.finish();
+    }
+
     fn exited(&mut self, process: &ProcessInfo) {
+        self.names.forget(process.pid);
         self.jit.evict(process);
     }
 }

@@ -1,5 +1,6 @@
 //! The HotSpot JVM runtime: JIT-compiled Java frames, named from the JVM's
-//! perf map. [`follow::JvmRuntime`] holds every JVM through its life (see
+//! perf map, and the JVM's full thread names ([`thread_names`]).
+//! [`follow::JvmRuntime`] holds every JVM through its life (see
 //! [`crate::runtime`]).
 //!
 //! [`types`] (options, statistics), [`resolver`] (one JVM's map and its
@@ -14,13 +15,14 @@
 
 pub mod follow;
 pub mod resolver;
+pub mod thread_names;
 pub mod types;
 
 use std::{cell::Cell, collections::HashMap, sync::Arc};
 
 pub use follow::JvmRuntime;
 use resolver::{DumpReasons, JvmResolver};
-pub use types::{JitOptions, JitStats};
+pub use types::{JitOptions, JitStats, JvmOptions};
 
 use crate::enrich::ProcessInfo;
 

@@ -1,9 +1,28 @@
-//! Options and statistics of JIT symbolization.
+//! Options of the JVM runtime, and statistics of JIT symbolization.
 
 use std::{path::PathBuf, time::Duration};
 
 use perf_maps::NameStyle;
 use serde::Serialize;
+
+/// What sparkprof does with JVMs.
+#[derive(Debug, Clone)]
+pub struct JvmOptions {
+    /// How their JIT frames are named.
+    pub jit: JitOptions,
+    /// Full thread names from the rename uprobe where possible (else only
+    /// from the tracepoint and thread dumps).
+    pub rename_uprobe: bool,
+}
+
+impl Default for JvmOptions {
+    fn default() -> Self {
+        Self {
+            jit: JitOptions::default(),
+            rename_uprobe: true,
+        }
+    }
+}
 
 /// How sparkprof keeps JVMs' perf maps current.
 #[derive(Debug, Clone)]

@@ -21,7 +21,11 @@ use perf_maps::{
 };
 use tracing::{debug, info};
 
-use crate::collect::renames::NameFeed;
+use super::NameFeed;
+use crate::{
+    collect::Collector,
+    enrich::name_history::{DumpedThread, ThreadDump},
+};
 
 /// When thread dumps are taken.
 #[derive(Debug, Clone)]
@@ -55,28 +59,6 @@ struct JvmDumps {
     given_up: bool,
 }
 
-/// A finished dump.
-pub struct Dump {
-    pub pid: u32,
-    pub time: SystemTime,
-    pub threads: Vec<DumpedThread>,
-}
-
-/// One thread of a dump.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DumpedThread {
-    /// Its id as the host sees it.
-    pub tid: u32,
-    /// Its full name.
-    pub name: String,
-    /// Its name epoch, if that was the same just before and just after the
-    /// dump: then the name is exactly that epoch's.
-    pub epoch: Option<u32>,
-}
-
-/// Reads the current name epoch of every thread of a process.
-pub type EpochReader<'a> = &'a dyn Fn(u32) -> HashMap<u32, u32>;
-
 /// Thread dumps of every JVM sparkprof names threads for.
 #[derive(Debug, Default)]
 pub struct ThreadDumper {
@@ -106,9 +88,9 @@ impl ThreadDumper {
         });
     }
 
-    /// How a JVM's names are fed, if it is watched.
-    pub fn feed(&self, pid: u32) -> Option<&NameFeed> {
-        self.jvms.get(&pid).map(|jvm| &jvm.feed)
+    /// Every JVM watched.
+    pub fn watched(&self) -> Vec<u32> {
+        self.jvms.keys().copied().collect()
     }
 
     /// The tracepoint reported a rename in this JVM.
@@ -158,14 +140,16 @@ impl ThreadDumper {
     /// fraction of a second), and returns what they said. The threads' name
     /// epochs are read before and after, so that a name is tied to the epoch
     /// it belongs to whenever no rename came in between.
-    pub fn run(&mut self, sampled: &[u32], epochs: EpochReader<'_>) -> Vec<Dump> {
+    pub fn run(&mut self, sampled: &[u32], collector: &Collector) -> Vec<ThreadDump> {
         let due = self.due(sampled);
         if due.is_empty() {
             return Vec::new();
         }
-        let before: HashMap<u32, HashMap<u32, u32>> =
-            due.iter().map(|&pid| (pid, epochs(pid))).collect();
-        let results: Vec<(u32, Result<Dump, AttachError>)> = std::thread::scope(|scope| {
+        let before: HashMap<u32, HashMap<u32, u32>> = due
+            .iter()
+            .map(|&pid| (pid, collector.current_epochs(pid)))
+            .collect();
+        let results: Vec<(u32, Result<ThreadDump, AttachError>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = due
                 .iter()
                 .map(|&pid| (pid, scope.spawn(move || dump(pid))))
@@ -191,7 +175,7 @@ impl ThreadDumper {
                 Ok(mut dump) => {
                     self.dumps += 1;
                     jvm.backoff.succeeded();
-                    let after = epochs(pid);
+                    let after = collector.current_epochs(pid);
                     for thread in &mut dump.threads {
                         let was = before.get(&pid).and_then(|b| b.get(&thread.tid));
                         thread.epoch = was
@@ -220,7 +204,7 @@ impl ThreadDumper {
 }
 
 /// One thread dump, with thread ids translated to the host's.
-fn dump(pid: u32) -> Result<Dump, AttachError> {
+fn dump(pid: u32) -> Result<ThreadDump, AttachError> {
     let jvm = Jvm::new(pid)?;
     let time = SystemTime::now();
     let threads = jvm.thread_names()?;
@@ -244,7 +228,7 @@ fn dump(pid: u32) -> Result<Dump, AttachError> {
             })
         })
         .collect();
-    Ok(Dump { pid, time, threads })
+    Ok(ThreadDump { pid, time, threads })
 }
 
 #[cfg(test)]

@@ -1,0 +1,128 @@
+//! The on-CPU sampler (`sample_on_cpu` on the cpu-clock event of every CPU):
+//! its rate, its user and kernel stacks, and the double-buffered drain.
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use sparkprof::collect::{Collector, RawStack, SampleKind};
+
+use crate::{
+    FREQUENCY_HZ, KERNEL_SPACE, drain, on_cpu_samples, sum,
+    workload::{self, Worker},
+};
+
+/// Spinning thread: the rate and where its user stacks end; a thread
+/// reading /dev/zero: kernel stacks.
+pub fn check_on_cpu(collector: &mut Collector, _pid: u32) -> Result<String, String> {
+    let spin = workload::function_range(workload::SPIN_SYMBOL, workload::spin_address())?;
+    drain(collector)?;
+    let spinner = Worker::spawn(|stop| {
+        workload::sparkprof_vm_spin(stop);
+    });
+    let reader = Worker::spawn(workload::read_zeroes);
+    let started = Instant::now();
+    thread::sleep(Duration::from_secs(2));
+    let drained = drain(collector)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let (spinner_tid, reader_tid) = (spinner.tid, reader.tid);
+    spinner.finish();
+    reader.finish();
+
+    let total = sum(on_cpu_samples(&drained, spinner_tid).map(|s| s.count));
+    let in_spin = sum(on_cpu_samples(&drained, spinner_tid)
+        .filter(|s| matches!(&s.user, RawStack::Frames { ips, .. } if spin.contains(&ips[0])))
+        .map(|s| s.count));
+    let expected = FREQUENCY_HZ as f64 * elapsed;
+    if (total as f64) < 0.3 * expected || (total as f64) > 1.3 * expected {
+        return Err(format!(
+            "{total} samples of the spinning thread in {elapsed:.2} s at {FREQUENCY_HZ} Hz \
+             (expected about {expected:.0})"
+        ));
+    }
+    if (in_spin as f64) < 0.9 * total as f64 {
+        return Err(format!(
+            "only {in_spin} of {total} samples of the spinning thread have their user leaf in \
+             {} [{:#x}, {:#x})",
+            workload::SPIN_SYMBOL,
+            spin.start,
+            spin.end
+        ));
+    }
+    let reader_total = sum(on_cpu_samples(&drained, reader_tid).map(|s| s.count));
+    let in_kernel = sum(on_cpu_samples(&drained, reader_tid)
+        .filter(|s| {
+            matches!(&s.kernel, RawStack::Frames { ips, .. }
+                if ips.iter().all(|&ip| ip >= KERNEL_SPACE))
+        })
+        .map(|s| s.count));
+    if in_kernel < 5 {
+        return Err(format!(
+            "{in_kernel} of {reader_total} samples of the /dev/zero reader have a kernel stack"
+        ));
+    }
+    Ok(format!(
+        "{total} samples of the spinning thread in {elapsed:.2} s (expected {expected:.0}), \
+         {in_spin} with the user leaf in {}; {in_kernel} of {reader_total} samples of the \
+         /dev/zero reader with kernel stacks",
+        workload::SPIN_SYMBOL
+    ))
+}
+
+/// A drain hands over what the sampler counted for this process and
+/// nothing of any other (the collector targets this process), then the
+/// buffer is clear: once the spinning thread stops, the next two drains
+/// hold at most a few late samples of it. The statistics account for every
+/// sample the program ran for: counted, filtered out or idle.
+pub fn check_drain(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    let before = collector.stats();
+    drain(collector)?;
+    let spinner = Worker::spawn(|stop| {
+        workload::sparkprof_vm_spin(stop);
+    });
+    thread::sleep(Duration::from_secs(1));
+    let drained = drain(collector)?;
+    let tid = spinner.tid;
+    spinner.finish();
+    let later = [drain(collector)?, drain(collector)?];
+    let stats = collector.stats();
+
+    let counted = sum(on_cpu_samples(&drained, tid).map(|s| s.count));
+    let leftover = sum(later
+        .iter()
+        .flat_map(|d| on_cpu_samples(d, tid))
+        .map(|s| s.count));
+    let every_drain = || std::iter::once(&drained).chain(&later);
+    if let Some(stranger) = every_drain()
+        .flat_map(|d| &d.samples)
+        .find(|s| s.tgid != pid)
+    {
+        return Err(format!(
+            "a sample of process {} ({}): the collector targets {pid} only",
+            stranger.tgid, stranger.comm
+        ));
+    }
+    if counted < FREQUENCY_HZ / 3 || leftover > 5 {
+        return Err(format!(
+            "{counted} samples of the spinning thread in its second, {leftover} after it stopped \
+             (at most 5 late ones expected)"
+        ));
+    }
+    let on_cpu_total = sum(every_drain()
+        .flat_map(|d| &d.samples)
+        .filter(|s| s.kind == SampleKind::OnCpu)
+        .map(|s| s.count));
+    let ran = stats.samples - before.samples;
+    let accounted = on_cpu_total + (stats.filtered - before.filtered) + (stats.idle - before.idle);
+    if ran < accounted || stats.dropped_count_map_full != before.dropped_count_map_full {
+        return Err(format!(
+            "the program ran {ran} times but {accounted} samples are counted, filtered or idle; \
+             statistics {stats:?}"
+        ));
+    }
+    Ok(format!(
+        "{counted} samples of the spinning thread in 1 s, {leftover} after it stopped; only this \
+         process's samples; {ran} program runs account for the {on_cpu_total} counted"
+    ))
+}
