@@ -145,7 +145,7 @@ impl Pipeline {
     /// off-CPU time if it is of interest), and the runtimes take it on.
     fn watch(&mut self, process: &ProcessInfo) {
         let off_cpu = if self.pids.is_empty() {
-            process.is_jvm_or_python()
+            process.in_a_runtime()
         } else {
             self.pids.contains(&process.pid)
         };

@@ -51,9 +51,9 @@ impl ProcessInfo {
         proc::started_at(self.start_ticks)
     }
 
-    /// A JVM or a Python interpreter: the processes whose off-CPU time is
-    /// recorded by default.
-    pub fn is_jvm_or_python(&self) -> bool {
+    /// A process in a language runtime sparkprof follows (a JVM, a Python
+    /// interpreter): the processes whose off-CPU time is recorded by default.
+    pub fn in_a_runtime(&self) -> bool {
         self.runtime.is_jvm() || self.is_python()
     }
 

@@ -27,19 +27,18 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::Path,
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    ArmPairs, Bench, Profiler, Recorder, SysctlGuard, TimedPair, Tool, bench_unique,
-    bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interleaved_pairs, interrupt, met,
-    pair_rows, progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
+    ArmPairs, Bench, GoWorkload, Profiler, Recorder, SysctlGuard, TimedPair, Tool, bench_unique,
+    bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interleaved_pairs, met, pair_rows,
+    progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -190,8 +189,8 @@ struct Harness<'a> {
 impl Harness<'_> {
     fn unprofiled_run(&self) -> Result<f64> {
         let mut pingpong = PingPong::start(self.binary)?;
-        pingpong.go()?;
-        pingpong.finish()
+        pingpong.work.go()?;
+        pingpong.work.finish()
     }
 
     /// Wall seconds, sparkprof's CPU over them and the wall window of that,
@@ -201,8 +200,8 @@ impl Harness<'_> {
         if mode == Mode::EmptyProgram {
             let hook = EmptySchedSwitchProgram::attach()?;
             let started = Instant::now();
-            pingpong.go()?;
-            let seconds = pingpong.finish()?;
+            pingpong.work.go()?;
+            let seconds = pingpong.work.finish()?;
             let window = started.elapsed();
             drop(hook);
             return Ok((seconds, Duration::ZERO, window, Stats::default()));
@@ -215,8 +214,8 @@ impl Harness<'_> {
         };
         let recorder = SparkprofRun::start(self.sparkprof, self.dir, mode, pids)?;
         let (cpu_before, started) = (cpu_time(recorder.pid())?, Instant::now());
-        pingpong.go()?;
-        let seconds = pingpong.finish()?;
+        pingpong.work.go()?;
+        let seconds = pingpong.work.finish()?;
         let cpu = cpu_time(recorder.pid())?.saturating_sub(cpu_before);
         let window = started.elapsed();
         let stats = recorder.stop()?;
@@ -233,8 +232,8 @@ impl Harness<'_> {
             let recorder =
                 SparkprofRun::start(self.sparkprof, self.dir, Mode::OffCpu, pingpong.pids)?;
             let before = sched_switch_stats(recorder.pid())?;
-            pingpong.go()?;
-            let seconds = pingpong.finish()?;
+            pingpong.work.go()?;
+            let seconds = pingpong.work.finish()?;
             let after = sched_switch_stats(recorder.pid())?;
             recorder.stop()?;
             let result = KernelRound {
@@ -256,79 +255,35 @@ impl Harness<'_> {
     }
 }
 
-/// The ping-pong workload, waiting for its go line; killed if dropped.
+/// The ping-pong workload, waiting for its go line; killed if dropped (the
+/// forked child reads EOF once its parent is gone, and exits).
 struct PingPong {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    work: GoWorkload,
     /// Parent and child.
     pids: [u32; 2],
 }
 
 impl PingPong {
     fn start(binary: &Path) -> Result<Self> {
-        let mut child = Command::new(binary)
-            .arg(ROUND_TRIPS.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting the ping-pong workload")?;
-        let stdin = child.stdin.take().context("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
-        let mut pingpong = Self {
-            child,
-            stdin,
-            stdout,
-            pids: [0, 0],
-        };
-        let line = pingpong.line()?;
-        let pids: Vec<u32> = line
-            .trim()
+        let work = GoWorkload::start(
+            Command::new(binary).arg(ROUND_TRIPS.to_string()),
+            "the ping-pong workload",
+        )?;
+        let pids: Vec<u32> = work
+            .hello
             .strip_prefix("pids ")
             .map(|rest| rest.split(' ').filter_map(|p| p.parse().ok()).collect())
             .unwrap_or_default();
         let [parent, child] = pids[..] else {
-            bail!("unexpected first line of the ping-pong workload: {line:?}");
+            bail!(
+                "unexpected first line of the ping-pong workload: {:?}",
+                work.hello
+            );
         };
-        pingpong.pids = [parent, child];
-        Ok(pingpong)
-    }
-
-    fn line(&mut self) -> Result<String> {
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .context("reading the ping-pong workload's output")?;
-        interrupt::check()?;
-        Ok(line)
-    }
-
-    fn go(&mut self) -> Result<()> {
-        self.stdin
-            .write_all(b"go\n")
-            .and_then(|()| self.stdin.flush())
-            .context("starting the round trips")
-    }
-
-    /// Waits for the end; the round trips' wall seconds.
-    fn finish(mut self) -> Result<f64> {
-        let line = self.line()?;
-        let status = self.child.wait()?;
-        if !status.success() {
-            bail!("the ping-pong workload failed: {status}");
-        }
-        line.trim()
-            .strip_prefix("elapsed ")
-            .and_then(|s| s.parse().ok())
-            .with_context(|| format!("unexpected last line of the ping-pong workload: {line:?}"))
-    }
-}
-
-impl Drop for PingPong {
-    fn drop(&mut self) {
-        // The forked child reads EOF once its parent is gone, and exits.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Ok(Self {
+            work,
+            pids: [parent, child],
+        })
     }
 }
 

@@ -4,8 +4,9 @@
 
 use std::{
     fs,
+    io::{BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
@@ -14,6 +15,97 @@ use anyhow::{Context as _, Result, bail};
 
 use super::*;
 use crate::{run_cmd, workspace_root};
+
+/// A workload that says who it is on its first line, waits for a `go`
+/// line, works, prints `elapsed SECONDS`, and exits once its stdin closes
+/// (or on its own); killed if dropped.
+pub(crate) struct GoWorkload {
+    /// What it is, in messages.
+    what: &'static str,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// Its first line, trimmed.
+    pub(crate) hello: String,
+}
+
+impl GoWorkload {
+    /// Starts `command` (its stdin and stdout piped) and reads its first line.
+    pub(crate) fn start(command: &mut Command, what: &'static str) -> Result<Self> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {what}"))?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut work = Self {
+            what,
+            child,
+            stdin: Some(stdin),
+            stdout,
+            hello: String::new(),
+        };
+        work.hello = work.line()?.trim().to_owned();
+        Ok(work)
+    }
+
+    fn line(&mut self) -> Result<String> {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .with_context(|| format!("reading the output of {}", self.what))?;
+        interrupt::check()?;
+        Ok(line)
+    }
+
+    /// Starts the work.
+    pub(crate) fn go(&mut self) -> Result<()> {
+        let what = self.what;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .with_context(|| format!("{what} was told to go twice"))?;
+        stdin
+            .write_all(b"go\n")
+            .and_then(|()| stdin.flush())
+            .with_context(|| format!("starting the work of {what}"))
+    }
+
+    /// Waits for the work to end; its seconds. The process stays until
+    /// [`Self::exit`].
+    pub(crate) fn elapsed(&mut self) -> Result<f64> {
+        let line = self.line()?;
+        line.trim()
+            .strip_prefix("elapsed ")
+            .and_then(|seconds| seconds.parse().ok())
+            .with_context(|| format!("unexpected line of {}: {line:?}", self.what))
+    }
+
+    /// Closes its stdin and checks its exit.
+    pub(crate) fn exit(mut self) -> Result<()> {
+        self.stdin = None;
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("{} failed: {status}", self.what);
+        }
+        Ok(())
+    }
+
+    /// Waits for the work to end and the process to exit; its seconds.
+    pub(crate) fn finish(mut self) -> Result<f64> {
+        let seconds = self.elapsed()?;
+        self.exit()?;
+        Ok(seconds)
+    }
+}
+
+impl Drop for GoWorkload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 /// Compiles `xtask/bench/workload.c` with frame pointers (like the programs
 /// sparkprof is meant for, so every profiler walks full user stacks).

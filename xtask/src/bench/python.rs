@@ -25,19 +25,18 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    ArmPairs, Background, Bench, ProgStats, QUIET_BUSY_PERCENT, Recorder, SysctlGuard, TimedPair,
-    WARM_UP, bench_unique, compile_workload, cpu_time, host_busy_time, interleaved_pairs,
-    interrupt, met, pair_rows, pause, progress, run_pair, sparkprof_index, spread_percent, timeval,
-    wait_for_quiet_host, wait_for_quiet_host_within,
+    ArmPairs, Background, Bench, GoWorkload, ProgStats, QUIET_BUSY_PERCENT, Recorder, SysctlGuard,
+    TimedPair, WARM_UP, bench_unique, compile_workload, cpu_time, host_busy_time,
+    interleaved_pairs, met, pair_rows, pause, progress, run_pair, sparkprof_index, spread_percent,
+    timeval, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -326,8 +325,8 @@ struct Harness<'a> {
 impl Harness<'_> {
     fn unprofiled_run(&self) -> Result<f64> {
         let mut work = PyWork::start(self.python, &self.script, ROUNDS)?;
-        work.go()?;
-        work.finish()
+        work.work.go()?;
+        work.work.finish()
     }
 
     /// A pair with only the profiled side filled in.
@@ -339,8 +338,8 @@ impl Harness<'_> {
         };
         pause(SETTLE)?;
         let (cpu_before, started) = (cpu_time(recorder.pid())?, Instant::now());
-        work.go()?;
-        let seconds = work.elapsed()?;
+        work.work.go()?;
+        let seconds = work.work.elapsed()?;
         let cpu = cpu_time(recorder.pid())?.saturating_sub(cpu_before);
         let window = started.elapsed();
         recorder.stop()?;
@@ -352,7 +351,7 @@ impl Harness<'_> {
             }
         };
         let (chained, samples) = chain_counts(&stacks);
-        work.exit()?;
+        work.work.exit()?;
         recorder.remove_output();
         Ok(Pair {
             profiled_first: false,
@@ -446,7 +445,7 @@ impl Harness<'_> {
         };
         let mut recorder = self.sparkprof(KERNEL_HZ, &pids, workload == Workload::Python)?;
         for work in &mut pythons {
-            work.go()?;
+            work.work.go()?;
         }
         pause(WARM_UP)?;
         let before = ProgStats::read(recorder.pid())?;
@@ -472,88 +471,27 @@ impl Harness<'_> {
 
 /// The Python workload, waiting for its go line; killed if dropped.
 struct PyWork {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    work: GoWorkload,
     pid: u32,
 }
 
 impl PyWork {
     /// Starts it with `rounds` of work (0: until killed) and reads its pid.
     fn start(python: &Path, script: &Path, rounds: u64) -> Result<Self> {
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(rounds.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
-        let stdin = child.stdin.take().context("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
-        let mut work = Self {
-            child,
-            stdin: Some(stdin),
-            stdout,
-            pid: 0,
-        };
-        let line = work.line()?;
-        work.pid = parse_prefixed(&line, "pid ")
-            .with_context(|| format!("unexpected first line of the Python workload: {line:?}"))?;
-        Ok(work)
-    }
-
-    fn line(&mut self) -> Result<String> {
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .context("reading the Python workload's output")?;
-        interrupt::check()?;
-        Ok(line)
-    }
-
-    fn go(&mut self) -> Result<()> {
-        let stdin = self
-            .stdin
-            .as_mut()
-            .context("the workload was told to go twice")?;
-        stdin
-            .write_all(b"go\n")
-            .and_then(|()| stdin.flush())
-            .context("starting the Python workload's work")
-    }
-
-    /// Waits for the work to end; its seconds. The process stays until
-    /// [`PyWork::finish`].
-    fn elapsed(&mut self) -> Result<f64> {
-        let line = self.line()?;
-        parse_prefixed(&line, "elapsed ")
-            .with_context(|| format!("unexpected line of the Python workload: {line:?}"))
-    }
-
-    /// Waits for the work to end and lets the process exit; its seconds.
-    fn finish(mut self) -> Result<f64> {
-        let seconds = self.elapsed()?;
-        self.exit()?;
-        Ok(seconds)
-    }
-
-    /// Closes its stdin (after its work it waits for that) and checks its
-    /// exit.
-    fn exit(mut self) -> Result<()> {
-        self.stdin = None;
-        let status = self.child.wait()?;
-        if !status.success() {
-            bail!("the Python workload failed: {status}");
-        }
-        Ok(())
-    }
-}
-
-impl Drop for PyWork {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let work = GoWorkload::start(
+            Command::new(python)
+                .arg(script)
+                .arg(rounds.to_string())
+                .stderr(Stdio::null()),
+            "the Python workload",
+        )?;
+        let pid = parse_prefixed(&work.hello, "pid ").with_context(|| {
+            format!(
+                "unexpected first line of the Python workload: {:?}",
+                work.hello
+            )
+        })?;
+        Ok(Self { work, pid })
     }
 }
 
