@@ -315,7 +315,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             count_map_entries: profiler_common::DEFAULT_OFFCPU_COUNT_ENTRIES,
         }),
     };
-    let mut collector = Collector::start(&config)?;
+    let mut collector = Collector::load(&config)?;
     let mut runtimes = Runtimes::new(options.jvm.clone());
     runtimes.prepare(&mut collector);
     let mut pipeline = Pipeline {
@@ -344,6 +344,10 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     }
     let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
     pipeline.enricher.named(&dumps);
+    // Only now the sampler: every sample of a running process is taken
+    // once its runtime follows it (a Python sample carries its frames, a
+    // JVM's renames are watched).
+    pipeline.collector.start_sampling()?;
     info!(
         frequency_hz = options.frequency_hz,
         stack_depth,

@@ -184,6 +184,8 @@ pub struct Collector {
     // Owns the programs and their links.
     ebpf: Ebpf,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    /// The on-CPU sampler's period, in nanoseconds of cpu-clock.
+    sample_period_ns: u64,
     active: u32,
     buffer_started: SystemTime,
     stack_depth: usize,
@@ -199,6 +201,17 @@ pub struct Collector {
 impl Collector {
     /// Loads the programs, sizes the maps and starts sampling on every online CPU.
     pub fn start(config: &CollectorConfig) -> Result<Self, CollectError> {
+        let mut collector = Self::load(config)?;
+        collector.start_sampling()?;
+        Ok(collector)
+    }
+
+    /// Loads the programs and sizes the maps; attaches everything but the
+    /// on-CPU sampler ([`Self::start_sampling`]). In between, the runtimes
+    /// are told about the processes already running (their kernel offsets,
+    /// their rename watches), so that no sample of theirs predates what
+    /// names it.
+    pub fn load(config: &CollectorConfig) -> Result<Self, CollectError> {
         let object = object::object_with_stack_depth(config.stack_depth)?;
         let filter: u8 = u8::from(!config.target_pids.is_empty());
         // Every tracepoint program is BTF-typed: attached by the kernel's
@@ -320,7 +333,37 @@ impl Collector {
         program.load().map_err(program_error)?;
         // cpu-clock counts nanoseconds: a fixed period gives an exact rate on a
         // busy CPU from the first sample (frequency mode converges slowly).
-        let period_ns = (1_000_000_000 / config.frequency_hz.max(1)).max(1);
+        let sample_period_ns = (1_000_000_000 / config.frequency_hz.max(1)).max(1);
+
+        Ok(Self {
+            ebpf,
+            logger,
+            sample_period_ns,
+            active: 0,
+            buffer_started: SystemTime::now(),
+            stack_depth: config.stack_depth as usize,
+            counts,
+            stacks,
+            active_buffer,
+            stats,
+            renames,
+            off_cpu,
+            python,
+        })
+    }
+
+    /// Attaches the on-CPU sampler to the cpu-clock event of every online CPU.
+    pub fn start_sampling(&mut self) -> Result<(), CollectError> {
+        let program_error = |source| CollectError::Program {
+            name: names::PROGRAM_ON_CPU,
+            source,
+        };
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut(names::PROGRAM_ON_CPU)
+            .ok_or(CollectError::MissingProgram(names::PROGRAM_ON_CPU))?
+            .try_into()
+            .map_err(program_error)?;
         let cpus = online_cpus().map_err(|(what, err)| CollectError::OnlineCpus(what, err))?;
         for cpu in cpus {
             // The program keeps its links: they are detached when the
@@ -329,7 +372,7 @@ impl Collector {
                 .attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
                     PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Period(period_ns),
+                    SamplePolicy::Period(self.sample_period_ns),
                     false,
                 )
                 .map_err(|source| match &source {
@@ -349,26 +392,13 @@ impl Collector {
                     _ => program_error(source),
                 })?;
         }
+        self.buffer_started = SystemTime::now();
         debug!(
-            period_ns,
-            depth = config.stack_depth,
+            period_ns = self.sample_period_ns,
+            depth = self.stack_depth,
             "on-CPU sampler attached"
         );
-
-        Ok(Self {
-            ebpf,
-            logger,
-            active: 0,
-            buffer_started: SystemTime::now(),
-            stack_depth: config.stack_depth as usize,
-            counts,
-            stacks,
-            active_buffer,
-            stats,
-            renames,
-            off_cpu,
-            python,
-        })
+        Ok(())
     }
 
     /// The current name epoch of each thread of process `pid`, as the
