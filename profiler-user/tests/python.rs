@@ -775,7 +775,7 @@ fn installed_libraries_have_symbols_and_versions() {
         assert!(symbols.runtime.is_some(), "{}", lib.display());
         assert!(symbols.code_type.is_some() && symbols.unicode_type.is_some());
         assert!(symbols.bytes_type.is_some());
-        assert!(!symbols.segments.is_empty());
+        assert!(!symbols.segments.0.is_empty());
         if minor >= 11 {
             assert!(symbols.py_version.is_some(), "{}", lib.display());
         } else {

@@ -1,7 +1,9 @@
-//! Below every stage: the host's sysctls, the daemon's own privileges, and
-//! what /proc says about a process.
+//! Below every stage: the host's sysctls, the daemon's own privileges,
+//! what /proc says about a process, and reading a process's memory.
 //! Nothing here depends on the pipeline; every stage and command may use it.
 
 pub mod caps;
+pub mod elf;
+pub mod memory;
 pub mod proc;
 pub mod sysctl;

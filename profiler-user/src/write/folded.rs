@@ -72,11 +72,14 @@ pub fn render(stacks: &HashMap<String, u64>) -> String {
     text
 }
 
-/// An interactive SVG flame graph of folded text.
+/// An interactive SVG flame graph of folded text, its frames coloured by
+/// kind (see [`super::colours`]).
 pub fn flame_graph(folded: &str, title: &str, unit: &str) -> io::Result<Vec<u8>> {
+    let mut palette = super::colours::palette(folded);
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_owned();
     options.count_name = unit.to_owned();
+    options.palette_map = Some(&mut palette);
     let mut svg = Vec::new();
     inferno::flamegraph::from_lines(&mut options, folded.lines(), &mut svg)?;
     Ok(svg)
@@ -132,5 +135,22 @@ mod tests {
         assert_eq!(file_stem("../etc/passwd"), "_etc_passwd");
         assert_eq!(file_stem("kworker/0:1"), "kworker_0_1");
         assert_eq!(file_stem(""), "unnamed");
+    }
+
+    #[test]
+    fn flame_graphs_colour_frames_by_kind() {
+        use crate::write::colours::Kind;
+        let folded = "java [7];worker;start_thread;java.lang.Thread.run_[j];do_syscall_64_[k] 5\n";
+        let svg = String::from_utf8(flame_graph(folded, "t", "samples").unwrap()).unwrap();
+        for (depth, name) in folded
+            .trim_end()
+            .trim_end_matches(" 5")
+            .split(';')
+            .enumerate()
+        {
+            let c = Kind::of(depth, name).colour(name);
+            let fill = format!("fill=\"rgb({},{},{})\"", c.r, c.g, c.b);
+            assert!(svg.contains(&fill), "{name}: {fill} not in the SVG");
+        }
     }
 }

@@ -45,6 +45,7 @@
 //! microseconds (off-CPU and wall-clock files).
 
 pub mod atomic;
+pub mod colours;
 pub mod folded;
 pub mod index;
 pub mod output_dir;

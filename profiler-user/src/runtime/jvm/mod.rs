@@ -14,6 +14,7 @@
 //! against what the JVM had at those addresses at the time.
 
 pub mod follow;
+pub mod hotspot;
 pub mod resolver;
 pub mod thread_names;
 pub mod types;

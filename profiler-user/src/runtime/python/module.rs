@@ -10,11 +10,12 @@ use std::{
     sync::{Arc, Mutex, OnceLock},
 };
 
-use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSymbol as _};
 use tracing::debug;
 
 use super::process::{FileMapping, proc_error, process_exists};
 use super::types::{PythonError, PythonVersion};
+use crate::sys::elf::Segments;
 
 /// What sparkprof needs from a module's ELF file.
 #[derive(Debug, Clone, Default)]
@@ -33,8 +34,8 @@ pub struct ModuleSymbols {
     /// store the short literal as immediates in the code, and none of the
     /// 3.8–3.10 libraries installed here has it in `.rodata`.)
     pub marker_version: Option<PythonVersion>,
-    /// Loadable segments: (virtual address, file offset, file size).
-    pub segments: Vec<(u64, u64, u64)>,
+    /// Loadable segments.
+    pub segments: Segments,
 }
 
 const SYMBOL_NAMES: [&str; 5] = [
@@ -116,13 +117,7 @@ impl ModuleSymbols {
         if symbols.runtime.is_none() {
             return Ok(symbols);
         }
-        symbols.segments = elf
-            .segments()
-            .map(|s| {
-                let (offset, size) = s.file_range();
-                (s.address(), offset, size)
-            })
-            .collect();
+        symbols.segments = Segments::of(&elf);
         if symbols.py_version.is_none() {
             // With `_PyRuntime` (3.7+) and none of the markers: 3.7.
             symbols.marker_version = newest_marker.or(Some(PythonVersion::new(3, 7)));
@@ -131,23 +126,10 @@ impl ModuleSymbols {
     }
 
     /// The load bias of the module in a process: what to add to a
-    /// link-time address. Found from a mapping of the file and the
-    /// loadable segment holding that mapping's file offset (segments are
-    /// mapped at page granularity, and their address and offset are equal
-    /// modulo the page size).
+    /// link-time address.
     pub fn bias(&self, mappings: &[&FileMapping]) -> Option<u64> {
-        mappings.iter().find_map(|m| {
-            self.segments.iter().find_map(|&(vaddr, offset, size)| {
-                let page_start = offset & !0xfff;
-                (m.offset >= page_start && m.offset < offset.saturating_add(size.max(1))).then(
-                    || {
-                        m.start
-                            .wrapping_sub(m.offset)
-                            .wrapping_sub(vaddr.wrapping_sub(offset))
-                    },
-                )
-            })
-        })
+        self.segments
+            .bias(mappings.iter().map(|m| (m.start, m.offset)))
     }
 }
 
@@ -330,7 +312,7 @@ mod tests {
         let symbols = ModuleSymbols {
             // A PIE: first segment at 0, second with a non-page-aligned
             // offset.
-            segments: vec![(0, 0, 0x5000), (0x6e10, 0x5e10, 0x100)],
+            segments: Segments(vec![(0, 0, 0x5000), (0x6e10, 0x5e10, 0x100)]),
             ..Default::default()
         };
         let m = FileMapping {
@@ -345,7 +327,7 @@ mod tests {
             Some(0x7f00_0000_5000 - 0x5000 - 0x1000)
         );
         let exec = ModuleSymbols {
-            segments: vec![(0x400000, 0, 0x1000)],
+            segments: Segments(vec![(0x400000, 0, 0x1000)]),
             ..Default::default()
         };
         let m = FileMapping {

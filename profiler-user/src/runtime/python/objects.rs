@@ -9,7 +9,7 @@ use tracing::debug;
 use super::types::{InstrFormat, PythonError, StructOffsets};
 use super::{
     line_table::LineTable,
-    memory::{Memory, field_u32, field_u64},
+    memory::{Memory, ReadMemory as _, field_u32, field_u64},
 };
 
 /// Characters of a string (function or file name) read at most; a longer
@@ -150,7 +150,7 @@ impl ObjectReader {
                 format!("{size} bytes, more than {max}"),
             ));
         }
-        self.memory.read_vec(data, size as usize)
+        Ok(self.memory.read_vec(data, size as usize)?)
     }
 
     /// The fixed part of a code object: checks that `addr` holds one.

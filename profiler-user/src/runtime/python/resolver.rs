@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use crate::collect::PythonThread;
 
 use super::{
-    memory::{self, Memory},
+    memory::{self, Memory, ReadMemory as _},
     module::{self, FileNameVersion},
     objects::{CodeHeader, CodeInfo, ObjectReader, TypeAddresses},
     process::{self, FileMapping},
@@ -135,7 +135,7 @@ impl PythonProcess {
                 .map(|address| memory.read_u64(address.wrapping_add(bias)))
             {
                 Some(Ok(hex)) => Some(PythonVersion::from_hex(hex)),
-                Some(Err(e)) if e.is_process_gone() => return Err(e),
+                Some(Err(e)) if e.is_process_gone() => return Err(e.into()),
                 Some(Err(e)) => {
                     debug!(pid, module = %path, error = %e, "Py_Version unreadable");
                     None
@@ -420,7 +420,7 @@ fn check_debug_offsets(
 ) -> Result<bool, PythonError> {
     let block = match memory.read_vec(runtime, DEBUG_OFFSETS_READ_LEN) {
         Ok(block) => block,
-        Err(e) if e.is_process_gone() => return Err(e),
+        Err(e) if e.is_process_gone() => return Err(e.into()),
         Err(e) => {
             debug!(pid = memory.pid(), error = %e, "python 3.13 _PyRuntime unreadable");
             return Ok(false);

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use profiler_common::{PY_NO_OFFSET, PythonFrame, python_layout};
 use tracing::debug;
 
-use super::memory::{Memory, field_u32, field_u64};
+use super::memory::{Memory, ReadMemory as _, field_u32, field_u64};
 use super::types::{PythonError, StructOffsets};
 
 /// Interpreters walked at most.
@@ -59,7 +59,7 @@ pub fn list_thread_states(
         }
         next = match memory.read_u64(next + u64::from(offsets.interp_next)) {
             Ok(next) => next,
-            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) if e.is_process_gone() => return Err(e.into()),
             Err(e) => {
                 debug!(error = %e, "python interpreter list cut short");
                 break;
@@ -73,7 +73,7 @@ pub fn list_thread_states(
     for interp in interpreters {
         let mut tstate = match memory.read_u64(interp + u64::from(offsets.interp_threads_head)) {
             Ok(head) => head,
-            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) if e.is_process_gone() => return Err(e.into()),
             Err(e) => {
                 debug!(interp, error = %e, "python interpreter unreadable");
                 continue;
@@ -82,7 +82,7 @@ pub fn list_thread_states(
         while tstate != 0 && threads.len() < MAX_THREADS && seen.insert(tstate) {
             let block = match memory.read_vec(tstate, read_len) {
                 Ok(block) => block,
-                Err(e) if e.is_process_gone() => return Err(e),
+                Err(e) if e.is_process_gone() => return Err(e.into()),
                 Err(e) => {
                     debug!(tstate, error = %e, "python thread list cut short");
                     break;
@@ -121,7 +121,7 @@ pub fn pthread_tid(memory: &Memory, pthread: u64, offset: u32) -> Result<u32, Py
             reason: "null".into(),
         });
     }
-    memory.read_u32(pthread.wrapping_add(u64::from(offset)))
+    Ok(memory.read_u32(pthread.wrapping_add(u64::from(offset)))?)
 }
 
 /// Finds where the C library keeps the thread id in `struct pthread`:
@@ -156,7 +156,7 @@ pub fn calibrate_pthread_tid(
     for &p in &pthreads {
         match memory.read_vec(p, PTHREAD_SCAN_BYTES) {
             Ok(block) => blocks.push(block),
-            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) if e.is_process_gone() => return Err(e.into()),
             Err(_) => return Ok(None),
         }
     }

@@ -511,6 +511,26 @@ pub enum PythonError {
     },
 }
 
+impl From<crate::sys::memory::MemoryError> for PythonError {
+    fn from(err: crate::sys::memory::MemoryError) -> Self {
+        use crate::sys::memory::MemoryError;
+        match err {
+            MemoryError::Gone { pid } => Self::ProcessGone { pid },
+            MemoryError::Read {
+                pid,
+                addr,
+                len,
+                source,
+            } => Self::Read {
+                pid,
+                addr,
+                len,
+                source,
+            },
+        }
+    }
+}
+
 impl PythonError {
     /// Whether the error says the process is gone (rather than that one
     /// address was bad).

@@ -1,0 +1,61 @@
+//! A method's name from its `Method*`, as async-profiler prints it:
+//! `pkg.Class.method` (the class's internal name with `/` as `.`).
+//! `Method` → `ConstMethod` → its `ConstantPool` → the pool holder's class
+//! name, and the method's name at its constant-pool index; both are
+//! `Symbol`s (a length and UTF-8 bytes).
+
+use super::{HotspotError, layout::HotspotLayout};
+use crate::sys::memory::ReadMemory;
+
+/// Longest symbol read (HotSpot allows 65535; real names are far shorter).
+const MAX_SYMBOL: u64 = 4096;
+
+/// Class and method name of a `Method*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodName {
+    /// Internal form, e.g. `java/lang/Thread`.
+    pub class: String,
+    pub method: String,
+}
+
+impl MethodName {
+    /// `java.lang.Thread.run`.
+    pub fn readable(&self) -> String {
+        format!("{}.{}", self.class.replace('/', "."), self.method)
+    }
+}
+
+/// Reads the names of the method at `method`.
+pub fn method_name(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    method: u64,
+) -> Result<MethodName, HotspotError> {
+    let const_method = memory.read_u64(method + layout.method_const_method)?;
+    let pool = memory.read_u64(const_method + layout.const_method_constants)?;
+    let holder = memory.read_u64(pool + layout.constant_pool_pool_holder)?;
+    let class = symbol(memory, layout, memory.read_u64(holder + layout.klass_name)?)?;
+    let mut index = [0u8; 2];
+    memory.read(const_method + layout.const_method_name_index, &mut index)?;
+    let slot = pool + layout.constant_pool_size + 8 * u64::from(u16::from_le_bytes(index));
+    // A resolved UTF-8 entry holds its `Symbol*` (bit 0 is a tag).
+    let method = symbol(memory, layout, memory.read_u64(slot)? & !1)?;
+    Ok(MethodName { class, method })
+}
+
+fn symbol(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    address: u64,
+) -> Result<String, HotspotError> {
+    let mut length = [0u8; 2];
+    memory.read(address + layout.symbol_length, &mut length)?;
+    let length = u64::from(u16::from_le_bytes(length));
+    if length == 0 || length > MAX_SYMBOL {
+        return Err(HotspotError::Garbage(format!(
+            "a symbol of {length} bytes at {address:#x}"
+        )));
+    }
+    let bytes = memory.read_vec(address + layout.symbol_body, length as usize)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}

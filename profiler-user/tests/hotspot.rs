@@ -1,0 +1,173 @@
+//! HotSpot's structures read from real JVMs (Debian's JDK 17 and the
+//! Temurin 25 under /usr/lib/jvm): the VMStructs tables, the layout
+//! sparkprof takes from them, the code cache's heaps and blobs, and the
+//! names of compiled methods. Needs root (another process's memory) and
+//! both JDKs; a missing one fails.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rstest::rstest;
+use sparkprof::{
+    runtime::jvm::hotspot::{
+        HotspotError,
+        code_cache::{BlobKind, CodeCache},
+        layout::HotspotLayout,
+        libjvm,
+        names::method_name,
+        vmstructs::VmStructs,
+    },
+    sys::memory::Memory,
+};
+
+const HOT: &str = r#"
+public class Hot {
+    static long spin(long n) {
+        long x = 0;
+        for (long i = 0; i < n; i++) {
+            x += (i * 31) ^ (x >>> 3);
+        }
+        return x;
+    }
+
+    public static void main(String[] args) {
+        System.out.println("ready");
+        long end = System.nanoTime() + 40_000_000_000L;
+        long sum = 0;
+        while (System.nanoTime() < end) {
+            sum += spin(100_000);
+        }
+        System.out.println(sum);
+    }
+}
+"#;
+
+/// A JVM running `Hot.spin` in a loop (killed when dropped), and the
+/// directory of its source (removed after it).
+struct HotJvm(Child, #[allow(dead_code)] tempfile::TempDir);
+
+impl HotJvm {
+    fn start(jdk: &str) -> Self {
+        let java = Path::new("/usr/lib/jvm").join(jdk).join("bin/java");
+        assert!(java.exists(), "{} is needed", java.display());
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("Hot.java");
+        std::fs::write(&source, HOT).unwrap();
+        let mut child = Command::new(&java)
+            .arg(&source)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        Self(child, dir)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for HotJvm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[rstest]
+fn reads_a_live_jvm(#[values("java-17-openjdk-amd64", "temurin-25-jdk-amd64")] jdk: &str) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "reading a JVM's memory needs root"
+    );
+    let jvm = HotJvm::start(jdk);
+    let memory = Memory::new(jvm.pid());
+    let symbols = libjvm::table_symbols(jvm.pid()).expect("libjvm.so exports its tables");
+    let tables = VmStructs::read(&memory, &symbols).expect("the tables read");
+    eprintln!(
+        "{jdk}: {} fields, {} types, {} int and {} long constants",
+        tables.fields.len(),
+        tables.type_sizes.len(),
+        tables.int_constants.len(),
+        tables.long_constants.len()
+    );
+    assert!(tables.fields.len() > 500 && tables.type_sizes.len() > 300);
+    // x86-64's interpreter frame keeps the sender's sp one word below fp.
+    assert_eq!(
+        tables.int_constants["frame::interpreter_frame_sender_sp_offset"],
+        -1
+    );
+    let layout = HotspotLayout::from_tables(&tables).expect("the layout sparkprof needs");
+
+    // Until `Hot.spin` is compiled (C1 within a second, C2 soon after).
+    let started = Instant::now();
+    let (cache, blobs, spin) = loop {
+        let cache = match CodeCache::read(&memory, &layout) {
+            Ok(cache) => cache,
+            Err(HotspotError::NotReady(_)) => {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            Err(err) => panic!("{jdk}: code cache: {err}"),
+        };
+        let blobs = cache.blobs(&memory, &layout);
+        let spin = blobs.iter().find(|b| {
+            b.kind == BlobKind::Nmethod
+                && method_name(&memory, &layout, b.method)
+                    .is_ok_and(|name| name.readable() == "Hot.spin")
+        });
+        if let Some(spin) = spin.cloned() {
+            break (cache, blobs, spin);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{jdk}: no compiled Hot.spin among {} blobs",
+            blobs.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!cache.heaps.is_empty());
+    assert!(spin.frame_size >= 2, "{spin:?}");
+    // The segment map leads from inside its code back to the blob.
+    let found = cache
+        .blob_at(&memory, &layout, spin.code_begin + 1)
+        .expect("the blob of an address in its code");
+    assert_eq!(found, spin);
+    assert!(
+        blobs.iter().any(|b| b.kind == BlobKind::Interpreter),
+        "{jdk}: no Interpreter blob"
+    );
+    // Every compiled method has a readable name.
+    let nmethods: Vec<_> = blobs
+        .iter()
+        .filter(|b| b.kind == BlobKind::Nmethod)
+        .collect();
+    let named: Vec<String> = nmethods
+        .iter()
+        .filter_map(|b| method_name(&memory, &layout, b.method).ok())
+        .map(|name| name.readable())
+        .collect();
+    eprintln!(
+        "{jdk}: {} heaps, {} blobs, {} nmethods, {} named, e.g. {:?}",
+        cache.heaps.len(),
+        blobs.len(),
+        nmethods.len(),
+        named.len(),
+        &named[..named.len().min(5)]
+    );
+    assert_eq!(named.len(), nmethods.len());
+    assert!(
+        named
+            .iter()
+            .all(|name| name.contains('.') && !name.contains('/'))
+    );
+}
