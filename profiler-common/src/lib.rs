@@ -466,6 +466,9 @@ mod user {
     unsafe impl aya::Pod for super::PythonOffsets {}
     // SAFETY: repr(C), two u32 then pairs of u64, no padding, any bits valid.
     unsafe impl aya::Pod for super::PythonStack {}
+    // SAFETY: repr(C), u64, four u32, u64, sites of six u64 each, [u8; 16]:
+    // no padding, any bits valid.
+    unsafe impl aya::Pod for super::OffCpuStart {}
 }
 
 #[cfg(test)]

@@ -103,6 +103,8 @@ const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
 
 /// `prev_state` bits, as the kernel keeps them in `task_struct::__state`.
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+/// The thread's last switch-out, after `sched_process_exit` forgot it.
+const TASK_DEAD: u32 = 0x80;
 const TASK_NOLOAD: u32 = 0x400;
 /// What the sched_switch record reports for these (`TASK_REPORT_IDLE`,
 /// `TASK_REPORT_MAX`); `OffCpuKey::state` uses the record's encoding.
@@ -134,6 +136,14 @@ fn switched_out(ctx: &BtfTracePointContext) {
         _ => return,
     };
     let task = unsafe { bpf_get_current_task() };
+    let prev_state: u64 = ctx.arg(3);
+    if prev_state as u32 & TASK_DEAD != 0 {
+        // Never to run again: no slot, or a thread that reuses this
+        // task_struct soon after would start with this one's sites (and
+        // its first sleep with this one's stack).
+        let _ = OFFCPU_START.remove(&task);
+        return;
+    }
     let slot = match OFFCPU_START.get_ptr_mut(&task) {
         Some(slot) => slot,
         None => {
@@ -155,7 +165,6 @@ fn switched_out(ctx: &BtfTracePointContext) {
     let slot = unsafe { &mut *slot };
     let now = unsafe { bpf_ktime_get_ns() };
     let preempt: u64 = ctx.arg(0);
-    let prev_state: u64 = ctx.arg(3);
     let (ip, sp, bp, syscall) = user_registers();
     let fresh = |site: &OffCpuSite| {
         site.walked_ns != 0

@@ -19,6 +19,10 @@
 //!   in nanosleep as about 1 s off the CPU in state sleep, with stacks;
 //!   `off_cpu_stacks_outlive_their_map`: 120 distinct user stacks asleep,
 //!   with an off-CPU stack map of 64 entries, all whole;
+//!   `off_cpu_slots_die_with_their_threads`: 80 threads come and go, and
+//!   the per-thread slots do not grow; threads that follow each other (and
+//!   may reuse the last one's task_struct and stack) never inherit the last
+//!   one's cached walk;
 //! - [`renames`]: `task_rename_tracepoint`: `prctl(PR_SET_NAME)` renames of a
 //!   watched process are announced with rising name epochs, which its
 //!   samples carry; `task_rename_by_another_thread`: the same for renames
@@ -104,13 +108,17 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 8] = [
+    let checks: [(&str, Check); 9] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
         (
             "off_cpu_stacks_outlive_their_map",
             off_cpu::check_off_cpu_many_stacks,
+        ),
+        (
+            "off_cpu_slots_die_with_their_threads",
+            off_cpu::check_off_cpu_slots_die_with_their_threads,
         ),
         ("off_cpu_python_frames", python::check_off_cpu_python),
         ("task_rename_tracepoint", renames::check_task_rename),

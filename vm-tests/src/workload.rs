@@ -116,6 +116,23 @@ pub fn sparkprof_vm_padded_deep_sleep(depth: u32, each: Duration) {
     std::hint::black_box(&pad);
 }
 
+/// Two ways into the same sleep, alike in everything but their address:
+/// a thread that sleeps through one leaves the CPU with the same registers
+/// as one that sleeps through the other on the same stack.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_sleep_via_a(each: Duration) {
+    sparkprof_vm_deep_sleep(std::hint::black_box(3), each);
+    std::hint::black_box(1);
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_sleep_via_b(each: Duration) {
+    sparkprof_vm_deep_sleep(std::hint::black_box(3), each);
+    std::hint::black_box(2);
+}
+
 /// Renames the calling thread (`task:task_rename`).
 pub fn set_comm(name: &CStr) -> Result<(), String> {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.

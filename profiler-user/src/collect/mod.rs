@@ -407,6 +407,11 @@ impl Collector {
         self.renames.current_epochs(pid)
     }
 
+    /// Threads holding an off-CPU slot now (when recording off-CPU time).
+    pub fn off_cpu_thread_slots(&self) -> Option<usize> {
+        self.off_cpu.as_ref().map(OffCpuRecorder::thread_slots)
+    }
+
     /// Records a process's off-CPU time from now on (when recording it).
     pub fn watch_off_cpu(&mut self, pid: u32) -> Result<(), CollectError> {
         match self.off_cpu.as_mut() {

@@ -24,7 +24,7 @@ use aya::{
 };
 use profiler_common::{
     MAX_OFFCPU_SLOTS, NewStack, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
-    OffCpuKernelStack, OffCpuKey, OffCpuUserStack, PythonStack, STACK_LOST, names,
+    OffCpuKernelStack, OffCpuKey, OffCpuStart, OffCpuUserStack, PythonStack, STACK_LOST, names,
 };
 use tracing::{debug, warn};
 
@@ -142,6 +142,9 @@ pub struct OffCpuRecorder {
     /// Every new stack, as the program files it: user, kernel, Python.
     new_stacks: [RingBuf<MapData>; 3],
     watched_slots: Array<MapData, u32>,
+    /// The open periods and recent sites of threads of interest, by
+    /// task_struct (read only to count them).
+    thread_slots: HashMap<MapData, u64, OffCpuStart>,
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
     slot_mask: u32,
@@ -198,6 +201,7 @@ impl OffCpuRecorder {
                 take_map(ebpf, names::OFFCPU_NEW_PY_STACKS)?,
             ],
             watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
+            thread_slots: take_map(ebpf, names::OFFCPU_START)?,
             watched: StdHashMap::new(),
             slot_mask: globals.slot_mask,
             stack_cache: StdHashMap::new(),
@@ -205,6 +209,12 @@ impl OffCpuRecorder {
             python_stack_cache: StdHashMap::new(),
             stack_depth: stack_depth as usize,
         })
+    }
+
+    /// Threads that hold a slot (each lives from a thread's first
+    /// switch-out to its exit): a bound that exited threads must not fill.
+    pub fn thread_slots(&self) -> usize {
+        self.thread_slots.keys().filter(Result::is_ok).count()
     }
 
     /// Records this process's off-CPU time from now on. With a `pid_max`
