@@ -16,6 +16,9 @@ pub struct JvmReport {
     pub jit_names: String,
     /// Where its threads' full names (Spark stage and task) come from.
     pub thread_names: String,
+    /// Whether its own structures (VMStructs, code cache, methods) can be
+    /// read, and what they hold; else why not.
+    pub hotspot: String,
     /// Its Spark role and IDs.
     pub spark: String,
 }
@@ -138,6 +141,7 @@ pub fn report() -> String {
         let _ = writeln!(out, "  {:<12} Spark: {}", "", jvm.spark);
         let _ = writeln!(out, "  {:<12} JIT names: {}", "", jvm.jit_names);
         let _ = writeln!(out, "  {:<12} thread names: {}", "", jvm.thread_names);
+        let _ = writeln!(out, "  {:<12} HotSpot structures: {}", "", jvm.hotspot);
     }
     out
 }
@@ -179,11 +183,58 @@ pub fn jvms() -> Vec<JvmReport> {
             preserve_frame_pointer,
             jit_names: jit_names(pid),
             thread_names: thread_names(pid, libjvm, &mut rename_symbols),
+            hotspot: hotspot(pid),
             spark: spark_identity(pid),
         });
     }
     found.sort_by_key(|j| j.pid);
     found
+}
+
+/// Whether the JVM's own structures can be read (its exported VMStructs,
+/// the layout sparkprof needs from them, its code cache and the names of
+/// its compiled methods), and if not why.
+fn hotspot(pid: u32) -> String {
+    use crate::{
+        runtime::jvm::hotspot::{
+            code_cache::{BlobKind, CodeCache},
+            layout::{CodeBegin, HotspotLayout},
+            libjvm,
+            names::method_name,
+            vmstructs::VmStructs,
+        },
+        sys::memory::Memory,
+    };
+    let memory = Memory::new(pid);
+    let read = || {
+        let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid)?)?;
+        let layout = HotspotLayout::from_tables(&tables)?;
+        let cache = CodeCache::read(&memory, &layout)?;
+        Ok::<_, crate::runtime::jvm::hotspot::HotspotError>((layout, cache))
+    };
+    match read() {
+        Ok((layout, cache)) => {
+            let blobs = cache.blobs(&memory, &layout);
+            let compiled: Vec<_> = blobs
+                .iter()
+                .filter(|b| b.kind == BlobKind::Nmethod)
+                .collect();
+            let named = compiled
+                .iter()
+                .filter(|b| method_name(&memory, &layout, b.method).is_ok())
+                .count();
+            let shape = match layout.code_blob_code_begin {
+                CodeBegin::Pointer(_) => "JDK 9-22 code blobs",
+                CodeBegin::Offset(_) => "JDK 23+ code blobs",
+            };
+            format!(
+                "readable ({shape}; {} code heaps, {} compiled methods, {named} named from the JVM's memory)",
+                cache.heaps.len(),
+                compiled.len()
+            )
+        }
+        Err(err) => format!("not readable: {err}"),
+    }
 }
 
 /// Whether sparkprof can keep this JVM's perf map current, and if not why.

@@ -102,4 +102,9 @@ fn doctor_reports_host_facts_and_jvms() {
         "thread-name source shown:\n{report}"
     );
     assert!(report.contains("Spark: jvm"), "Spark role shown:\n{report}");
+    // Its own structures: tables, layout, code cache and method names.
+    assert!(
+        report.contains("HotSpot structures: readable (JDK 9-22 code blobs; 3 code heaps"),
+        "HotSpot structures shown:\n{report}"
+    );
 }
