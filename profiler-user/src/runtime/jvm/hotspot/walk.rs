@@ -1,0 +1,240 @@
+//! Java frames walked without frame pointers, as HotSpot's own stack walker
+//! steps them, from userspace: the reference the kernel's walker is held
+//! to, and a way to see a blocked thread's Java stack.
+//!
+//! The walk starts at a thread's last Java frame (`JavaThread::_anchor`,
+//! published whenever it leaves Java for the VM or native code) and, for
+//! each pc in the code cache, steps by the frame's kind (x86-64):
+//! - the interpreter keeps rbp as its frame pointer: `Method*` at fp-24,
+//!   the bytecode pointer at fp-64, the sender's sp at fp-8, the return
+//!   address at fp+8, the caller's rbp at fp;
+//! - compiled code (and stubs with a frame) has a fixed frame of
+//!   `CodeBlob::_frame_size` words: the caller's sp is sp + size, the
+//!   return address just below it and the saved rbp below that;
+//! - stubs without a frame (the call stub, adapters) keep rbp: step by it;
+//!   `vtable chunks` leave only a return address.
+//!
+//! It ends where the pc leaves the code cache (the call stub returns into
+//! `JavaCalls::call_helper`), after [`MAX_FRAMES`], or where a step does not
+//! move up the stack.
+
+use super::{
+    HotspotError,
+    code_cache::{BlobKind, CodeCache},
+    layout::HotspotLayout,
+    vmstructs::VmStructs,
+};
+use crate::sys::memory::ReadMemory;
+
+/// Frames walked at most.
+pub const MAX_FRAMES: usize = 1024;
+/// The interpreter frame's slots, in words from rbp (`frame_x86.hpp`).
+const INTERPRETER_METHOD: i64 = -3;
+const INTERPRETER_BCP: i64 = -8;
+/// Every stack frame is below this distance from its callee's sp.
+const MAX_FRAME_BYTES: u64 = 1 << 20;
+
+/// One Java frame (or VM stub) of a walk, leaf first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JavaFrame {
+    /// Run by the interpreter: its `Method*` and bytecode index (`None`
+    /// where the bytecode pointer is not in the method's code, e.g. a native
+    /// method's entry).
+    Interpreted { method: u64, bci: Option<u32> },
+    /// Compiled: the `Method*` of its nmethod (a native wrapper too).
+    Compiled { method: u64, nmethod: u64 },
+    /// A VM stub, by HotSpot's name for it.
+    Stub(String),
+}
+
+/// Where a thread's threads list and anchors are (optional parts of the
+/// layout: only the userspace walk needs them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadLayout {
+    /// Address of `ThreadsSMRSupport::_java_thread_list`.
+    pub java_thread_list: u64,
+    pub threads_list_length: u64,
+    pub threads_list_threads: u64,
+    pub osthread: u64,
+    pub osthread_thread_id: u64,
+    pub anchor: u64,
+    pub last_java_sp: u64,
+    pub last_java_pc: u64,
+    pub last_java_fp: u64,
+    /// `sizeof(ConstMethod)` and `ConstMethod::_code_size`: where a
+    /// method's bytecodes are, for the bytecode index.
+    pub const_method_size: u64,
+    pub const_method_code_size: u64,
+}
+
+impl ThreadLayout {
+    pub fn from_tables(tables: &VmStructs) -> Result<Self, HotspotError> {
+        let missing = |what: String| HotspotError::MissingField(what);
+        let offset = |ty: &str, field: &str| {
+            tables
+                .offset(ty, field)
+                .ok_or_else(|| missing(format!("{ty}::{field}")))
+        };
+        Ok(Self {
+            java_thread_list: tables
+                .address("ThreadsSMRSupport", "_java_thread_list")
+                .ok_or_else(|| missing("static ThreadsSMRSupport::_java_thread_list".into()))?,
+            threads_list_length: offset("ThreadsList", "_length")?,
+            threads_list_threads: offset("ThreadsList", "_threads")?,
+            osthread: tables
+                .offset("JavaThread", "_osthread")
+                .or_else(|| tables.offset("Thread", "_osthread"))
+                .ok_or_else(|| missing("Thread::_osthread".into()))?,
+            osthread_thread_id: offset("OSThread", "_thread_id")?,
+            anchor: offset("JavaThread", "_anchor")?,
+            last_java_sp: offset("JavaFrameAnchor", "_last_Java_sp")?,
+            last_java_pc: offset("JavaFrameAnchor", "_last_Java_pc")?,
+            last_java_fp: offset("JavaFrameAnchor", "_last_Java_fp")?,
+            const_method_size: tables
+                .size("ConstMethod")
+                .ok_or_else(|| missing("sizeof(ConstMethod)".into()))?,
+            const_method_code_size: offset("ConstMethod", "_code_size")?,
+        })
+    }
+}
+
+/// The `JavaThread*` of the thread whose id (in the JVM's PID namespace)
+/// is `tid`, from the VM's list of Java threads.
+pub fn java_thread(
+    memory: &impl ReadMemory,
+    threads: &ThreadLayout,
+    tid: u32,
+) -> Result<Option<u64>, HotspotError> {
+    let list = memory.read_u64(threads.java_thread_list)?;
+    if list == 0 {
+        return Err(HotspotError::NotReady("no Java threads list"));
+    }
+    let length = memory.read_u32(list + threads.threads_list_length)?;
+    if length > 1 << 20 {
+        return Err(HotspotError::Garbage(format!("{length} Java threads")));
+    }
+    let array = memory.read_u64(list + threads.threads_list_threads)?;
+    for i in 0..u64::from(length) {
+        let thread = memory.read_u64(array + 8 * i)?;
+        let os = memory.read_u64(thread + threads.osthread)?;
+        if os != 0 && memory.read_u32(os + threads.osthread_thread_id)? == tid {
+            return Ok(Some(thread));
+        }
+    }
+    Ok(None)
+}
+
+/// The Java frames of a thread that is out of Java now (blocked, in
+/// native code or in the VM), from its last Java frame; empty when it
+/// has none (running Java code, or no Java frame at all).
+pub fn walk_from_anchor(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    threads: &ThreadLayout,
+    cache: &CodeCache,
+    java_thread: u64,
+) -> Result<Vec<JavaFrame>, HotspotError> {
+    let anchor = java_thread + threads.anchor;
+    let sp = memory.read_u64(anchor + threads.last_java_sp)?;
+    if sp == 0 {
+        return Ok(Vec::new());
+    }
+    let fp = memory.read_u64(anchor + threads.last_java_fp)?;
+    let pc = match memory.read_u64(anchor + threads.last_java_pc)? {
+        0 => memory.read_u64(sp - 8)?,
+        pc => pc,
+    };
+    Ok(walk(memory, layout, threads, cache, pc, sp, fp))
+}
+
+/// Walks from (pc, sp, fp) while the pc is in the code cache.
+pub fn walk(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    threads: &ThreadLayout,
+    cache: &CodeCache,
+    mut pc: u64,
+    mut sp: u64,
+    mut fp: u64,
+) -> Vec<JavaFrame> {
+    let word = |addr: u64| memory.read_u64(addr).ok();
+    let slot = |fp: u64, words: i64| word(fp.wrapping_add_signed(words * 8));
+    let mut frames = Vec::new();
+    while frames.len() < MAX_FRAMES {
+        let Some(blob) = cache.blob_at(memory, layout, pc) else {
+            break;
+        };
+        let next = match &blob.kind {
+            BlobKind::Interpreter => {
+                if fp < sp || fp - sp > MAX_FRAME_BYTES {
+                    break;
+                }
+                let Some(method) = slot(fp, INTERPRETER_METHOD) else {
+                    break;
+                };
+                let bci = slot(fp, INTERPRETER_BCP)
+                    .and_then(|bcp| bci(memory, layout, threads, method, bcp));
+                frames.push(JavaFrame::Interpreted { method, bci });
+                // sender sp, return address, caller's rbp.
+                (slot(fp, -1), slot(fp, 1), slot(fp, 0))
+            }
+            BlobKind::Nmethod | BlobKind::NativeNmethod | BlobKind::Stub(_)
+                if blob.frame_size > 0 =>
+            {
+                match &blob.kind {
+                    BlobKind::Stub(name) => frames.push(JavaFrame::Stub(name.clone())),
+                    _ => frames.push(JavaFrame::Compiled {
+                        method: blob.method,
+                        nmethod: blob.address,
+                    }),
+                }
+                let sender = sp + 8 * u64::from(blob.frame_size);
+                (Some(sender), word(sender - 8), word(sender - 16))
+            }
+            BlobKind::Stub(name) if name == "vtable chunks" => {
+                frames.push(JavaFrame::Stub(name.clone()));
+                (Some(sp + 8), word(sp), Some(fp))
+            }
+            BlobKind::Nmethod | BlobKind::NativeNmethod | BlobKind::Stub(_) => {
+                // No frame of its own: rbp is a frame record.
+                if let BlobKind::Stub(name) = &blob.kind {
+                    frames.push(JavaFrame::Stub(name.clone()));
+                } else {
+                    frames.push(JavaFrame::Compiled {
+                        method: blob.method,
+                        nmethod: blob.address,
+                    });
+                }
+                if fp < sp || fp - sp > MAX_FRAME_BYTES {
+                    break;
+                }
+                (Some(fp + 16), slot(fp, 1), slot(fp, 0))
+            }
+        };
+        match next {
+            (Some(next_sp), Some(next_pc), Some(next_fp)) if next_sp > sp => {
+                (sp, pc, fp) = (next_sp, next_pc, next_fp);
+            }
+            _ => break,
+        }
+    }
+    frames
+}
+
+/// The bytecode index of `bcp` in `method`, if it is in its bytecodes.
+fn bci(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    threads: &ThreadLayout,
+    method: u64,
+    bcp: u64,
+) -> Option<u32> {
+    let const_method = memory.read_u64(method + layout.method_const_method).ok()?;
+    let mut size = [0u8; 2];
+    memory
+        .read(const_method + threads.const_method_code_size, &mut size)
+        .ok()?;
+    let start = const_method + threads.const_method_size;
+    let bci = bcp.checked_sub(start)?;
+    (bci < u64::from(u16::from_le_bytes(size))).then_some(bci as u32)
+}
