@@ -68,6 +68,7 @@ const DISTINCT_STACKS: u32 = 120;
 /// lost or missing.
 pub fn check_off_cpu_many_stacks(collector: &mut Collector, _pid: u32) -> Result<String, String> {
     drain(collector)?;
+    let before = collector.stats();
     let sleeper = Worker::spawn(|_| {
         let each = Duration::from_millis(2);
         for depth in 1..=DISTINCT_STACKS / 2 {
@@ -79,6 +80,7 @@ pub fn check_off_cpu_many_stacks(collector: &mut Collector, _pid: u32) -> Result
     sleeper.finish();
     let mut samples = drain(collector)?.samples;
     samples.extend(drain(collector)?.samples);
+    let after = collector.stats();
     let asleep: Vec<&RawSample> = samples
         .iter()
         .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
@@ -151,14 +153,22 @@ pub fn check_off_cpu_many_stacks(collector: &mut Collector, _pid: u32) -> Result
             "{with_user} of {total} us asleep with a user stack, {} distinct stacks (expected \
              {DISTINCT_STACKS}, map of {OFFCPU_STACK_MAP_ENTRIES}); without: {others:?}\n\
              stack lengths not seen twice: {odd:?}\nasleep (frames:us): {times:?}\n\
-             the thread's other counts: {not_asleep:?}\nstacks seen more than once: {twice:?}",
+             the thread's other counts: {not_asleep:?}\nstacks seen more than once: {twice:?}\n\
+             during it: {} switch-outs, {} short, {} walks, {} threads full, {} count map full",
+            after.offcpu_switches - before.offcpu_switches,
+            after.offcpu_short - before.offcpu_short,
+            after.offcpu_user_walks - before.offcpu_user_walks,
+            after.offcpu_threads_full - before.offcpu_threads_full,
+            after.offcpu_dropped_count_map_full - before.offcpu_dropped_count_map_full,
             distinct.len()
         ));
     }
     Ok(format!(
         "{with_user} of {total} us asleep with their user stacks, {} distinct (map of \
-         {OFFCPU_STACK_MAP_ENTRIES} entries)",
-        distinct.len()
+         {OFFCPU_STACK_MAP_ENTRIES} entries; {} switch-outs, {} short)",
+        distinct.len(),
+        after.offcpu_switches - before.offcpu_switches,
+        after.offcpu_short - before.offcpu_short,
     ))
 }
 
