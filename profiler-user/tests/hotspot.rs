@@ -19,6 +19,7 @@ use sparkprof::{
         code_cache::{BlobKind, CodeCache},
         layout::HotspotLayout,
         libjvm,
+        lines::LineLayout,
         names::method_name,
         vmstructs::VmStructs,
         walk::{JavaFrame, ThreadLayout, java_thread, walk_from_anchor},
@@ -234,7 +235,8 @@ fn reads_a_live_jvm(
 
 /// A thread asleep in `Chain.c ← b ← a ← lambda ← Thread.run`, called once
 /// (interpreted): its Java frames, walked from its last Java frame without
-/// frame pointers, name that chain in order.
+/// frame pointers, name that chain in order, with the source line of each
+/// call from the bytecode index and the method's line number table.
 #[rstest]
 fn walks_a_blocked_thread_without_frame_pointers(
     #[values(
@@ -256,6 +258,7 @@ fn walks_a_blocked_thread_without_frame_pointers(
     let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid).unwrap()).unwrap();
     let layout = HotspotLayout::from_tables(&tables).unwrap();
     let threads = ThreadLayout::from_tables(&tables).expect("the threads' layout");
+    let lines = LineLayout::from_tables(&memory, &tables).expect("the line tables' layout");
     let tid = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter_map(Result::ok)
@@ -275,20 +278,34 @@ fn walks_a_blocked_thread_without_frame_pointers(
         let names: Vec<String> = frames
             .iter()
             .map(|frame| match frame {
-                JavaFrame::Interpreted { method, .. } | JavaFrame::Compiled { method, .. } => {
-                    method_name(&memory, &layout, *method)
-                        .map_or_else(|err| format!("<{err}>"), |name| name.readable())
+                JavaFrame::Interpreted { method, bci } => {
+                    let name = method_name(&memory, &layout, *method)
+                        .map_or_else(|err| format!("<{err}>"), |name| name.readable());
+                    match bci.and_then(|bci| lines.line(&memory, &layout, *method, bci)) {
+                        Some(line) if name.starts_with("Chain.") => format!("{name}:{line}"),
+                        _ => name,
+                    }
                 }
+                JavaFrame::Compiled { method, .. } => method_name(&memory, &layout, *method)
+                    .map_or_else(|err| format!("<{err}>"), |name| name.readable()),
                 JavaFrame::Stub(name) => format!("[{name}]"),
             })
             .collect();
-        if names.iter().any(|n| n == "Chain.c") || started.elapsed() > Duration::from_secs(10) {
+        if names.iter().any(|n| n.starts_with("Chain.c"))
+            || started.elapsed() > Duration::from_secs(10)
+        {
             break names;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     eprintln!("{jdk}: {names:?}");
-    let wanted = ["Chain.c", "Chain.b", "Chain.a", "java.lang.Thread.run"];
+    // Interpreted (each runs once), with the lines of their calls.
+    let wanted = [
+        "Chain.c:3",
+        "Chain.b:4",
+        "Chain.a:5",
+        "java.lang.Thread.run",
+    ];
     let mut rest = names.iter();
     for want in wanted {
         assert!(

@@ -14,6 +14,7 @@
 pub mod code_cache;
 pub mod layout;
 pub mod libjvm;
+pub mod lines;
 pub mod names;
 pub mod vmstructs;
 pub mod walk;
