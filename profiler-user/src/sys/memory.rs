@@ -48,6 +48,12 @@ pub trait ReadMemory {
         Ok(u64::from_le_bytes(buf))
     }
 
+    fn read_u16(&self, addr: u64) -> Result<u16, MemoryError> {
+        let mut buf = [0; 2];
+        self.read(addr, &mut buf)?;
+        Ok(u16::from_le_bytes(buf))
+    }
+
     fn read_u32(&self, addr: u64) -> Result<u32, MemoryError> {
         let mut buf = [0; 4];
         self.read(addr, &mut buf)?;

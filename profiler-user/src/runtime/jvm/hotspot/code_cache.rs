@@ -133,18 +133,11 @@ impl CodeCache {
         pc: u64,
     ) -> Option<CodeBlob> {
         let block = self.block_of(memory, pc)?;
-        let mut used = [0u8];
-        memory
-            .read(block + layout.heap_block_used, &mut used)
-            .ok()?;
-        if used[0] == 0 {
-            return None;
-        }
-        read_blob(memory, layout, block + layout.heap_block_size).ok()
+        used_blob(memory, layout, block)
     }
 
-    /// Every used block of every heap, in address order: (header address,
-    /// blob). For tests and `doctor`; the sampler looks up one address.
+    /// The blob of every used block of every heap, in address order. For
+    /// tests and `doctor`; the sampler looks up one address.
     pub fn blobs(&self, memory: &impl ReadMemory, layout: &HotspotLayout) -> Vec<CodeBlob> {
         let mut blobs = Vec::new();
         for heap in &self.heaps {
@@ -167,20 +160,24 @@ impl CodeCache {
                         .ok()
                         .map(u64::from)
                 };
-                let mut used = [0u8];
-                let used = memory
-                    .read(block + layout.heap_block_used, &mut used)
-                    .is_ok()
-                    && used[0] != 0;
-                if used && let Ok(blob) = read_blob(memory, layout, block + layout.heap_block_size)
-                {
-                    blobs.push(blob);
-                }
+                blobs.extend(used_blob(memory, layout, block));
                 segment += length.filter(|&l| l > 0).unwrap_or(1);
             }
         }
         blobs
     }
+}
+
+/// The code blob of the block at `block`, if the block is in use.
+fn used_blob(memory: &impl ReadMemory, layout: &HotspotLayout, block: u64) -> Option<CodeBlob> {
+    let mut used = [0u8];
+    memory
+        .read(block + layout.heap_block_used, &mut used)
+        .ok()?;
+    if used[0] == 0 {
+        return None;
+    }
+    read_blob(memory, layout, block + layout.heap_block_size).ok()
 }
 
 /// Reads the code blob at `address`.

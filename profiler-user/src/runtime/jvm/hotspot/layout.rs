@@ -5,6 +5,7 @@
 //! into `nmethod`), both shapes are known and the tables say which applies.
 
 use super::{HotspotError, vmstructs::VmStructs};
+use crate::sys::memory::ReadMemory;
 
 /// Where a code blob's code starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +14,14 @@ pub enum CodeBegin {
     Pointer(u64),
     /// `CodeBlob::_code_offset`, an `int` from the blob's start (JDK 23+).
     Offset(u64),
+}
+
+/// A method's bytecodes: its `ConstMethod`, which they follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytecodes {
+    pub const_method: u64,
+    pub start: u64,
+    pub len: u64,
 }
 
 /// Offsets (bytes) and sizes of what sparkprof reads in a HotSpot JVM.
@@ -50,6 +59,10 @@ pub struct HotspotLayout {
     pub const_method_constants: u64,
     pub const_method_name_index: u64,
     pub const_method_signature_index: u64,
+    /// `sizeof(ConstMethod)` (a method's bytecodes follow it) and
+    /// `ConstMethod::_code_size`.
+    pub const_method_size: u64,
+    pub const_method_code_size: u64,
     pub constant_pool_pool_holder: u64,
     pub constant_pool_size: u64,
     pub klass_name: u64,
@@ -121,6 +134,8 @@ impl HotspotLayout {
             const_method_constants: offset("ConstMethod", "_constants")?,
             const_method_name_index: offset("ConstMethod", "_name_index")?,
             const_method_signature_index: offset("ConstMethod", "_signature_index")?,
+            const_method_size: size("ConstMethod")?,
+            const_method_code_size: offset("ConstMethod", "_code_size")?,
             constant_pool_pool_holder: offset("ConstantPool", "_pool_holder")?,
             constant_pool_size: size("ConstantPool")?,
             klass_name: offset("Klass", "_name")?,
@@ -129,6 +144,19 @@ impl HotspotLayout {
         };
         layout.check()?;
         Ok(layout)
+    }
+
+    /// Where the bytecodes of `method` are.
+    pub fn bytecodes(&self, memory: &impl ReadMemory, method: u64) -> Option<Bytecodes> {
+        let const_method = memory.read_u64(method + self.method_const_method).ok()?;
+        let len = memory
+            .read_u16(const_method + self.const_method_code_size)
+            .ok()?;
+        Some(Bytecodes {
+            const_method,
+            start: const_method + self.const_method_size,
+            len: u64::from(len),
+        })
     }
 
     /// Bounds that any real HotSpot keeps (a table of garbage that happens
@@ -151,6 +179,8 @@ impl HotspotLayout {
             ("Method::_constMethod", self.method_const_method),
             ("ConstMethod::_constants", self.const_method_constants),
             ("ConstMethod::_name_index", self.const_method_name_index),
+            ("sizeof(ConstMethod)", self.const_method_size),
+            ("ConstMethod::_code_size", self.const_method_code_size),
             ("ConstantPool::_pool_holder", self.constant_pool_pool_holder),
             ("sizeof(ConstantPool)", self.constant_pool_size),
             ("Klass::_name", self.klass_name),

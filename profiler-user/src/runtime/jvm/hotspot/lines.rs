@@ -17,8 +17,6 @@ const MAX_TABLE: usize = 4096;
 /// Where a method's line table is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineLayout {
-    pub const_method_size: u64,
-    pub const_method_code_size: u64,
     pub const_method_flags: u64,
     /// Byte values below this are not in UNSIGNED5 numbers.
     pub unsigned5_excluded: u8,
@@ -35,12 +33,6 @@ impl LineLayout {
             return Err(HotspotError::Garbage(format!("JDK major version {major}")));
         }
         Ok(Self {
-            const_method_size: tables
-                .size("ConstMethod")
-                .ok_or_else(|| missing("sizeof(ConstMethod)"))?,
-            const_method_code_size: tables
-                .offset("ConstMethod", "_code_size")
-                .ok_or_else(|| missing("ConstMethod::_code_size"))?,
             const_method_flags: tables
                 .offset("ConstMethod", "_flags._flags")
                 .or_else(|| tables.offset("ConstMethod", "_flags"))
@@ -58,19 +50,16 @@ impl LineLayout {
         method: u64,
         bci: u32,
     ) -> Option<u32> {
-        let const_method = memory.read_u64(method + layout.method_const_method).ok()?;
+        let code = layout.bytecodes(memory, method)?;
         let mut flags = [0u8; 1];
         memory
-            .read(const_method + self.const_method_flags, &mut flags)
+            .read(code.const_method + self.const_method_flags, &mut flags)
             .ok()?;
         if flags[0] & 1 == 0 {
             return None;
         }
-        let mut size = [0u8; 2];
-        memory
-            .read(const_method + self.const_method_code_size, &mut size)
-            .ok()?;
-        let table = const_method + self.const_method_size + u64::from(u16::from_le_bytes(size));
+        // The table follows the bytecodes.
+        let table = code.start + code.len;
         // Read up to the end of the page the table starts in, then on.
         let mut bytes = Vec::new();
         let mut at = table;

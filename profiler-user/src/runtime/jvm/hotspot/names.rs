@@ -35,9 +35,8 @@ pub fn method_name(
     let pool = memory.read_u64(const_method + layout.const_method_constants)?;
     let holder = memory.read_u64(pool + layout.constant_pool_pool_holder)?;
     let class = symbol(memory, layout, memory.read_u64(holder + layout.klass_name)?)?;
-    let mut index = [0u8; 2];
-    memory.read(const_method + layout.const_method_name_index, &mut index)?;
-    let slot = pool + layout.constant_pool_size + 8 * u64::from(u16::from_le_bytes(index));
+    let index = memory.read_u16(const_method + layout.const_method_name_index)?;
+    let slot = pool + layout.constant_pool_size + 8 * u64::from(index);
     // A resolved UTF-8 entry holds its `Symbol*` (bit 0 is a tag).
     let method = symbol(memory, layout, memory.read_u64(slot)? & !1)?;
     Ok(MethodName { class, method })
@@ -48,9 +47,7 @@ fn symbol(
     layout: &HotspotLayout,
     address: u64,
 ) -> Result<String, HotspotError> {
-    let mut length = [0u8; 2];
-    memory.read(address + layout.symbol_length, &mut length)?;
-    let length = u64::from(u16::from_le_bytes(length));
+    let length = u64::from(memory.read_u16(address + layout.symbol_length)?);
     if length == 0 || length > MAX_SYMBOL {
         return Err(HotspotError::Garbage(format!(
             "a symbol of {length} bytes at {address:#x}"

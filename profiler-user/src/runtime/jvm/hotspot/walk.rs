@@ -61,10 +61,6 @@ pub struct ThreadLayout {
     pub last_java_sp: u64,
     pub last_java_pc: u64,
     pub last_java_fp: u64,
-    /// `sizeof(ConstMethod)` and `ConstMethod::_code_size`: where a
-    /// method's bytecodes are, for the bytecode index.
-    pub const_method_size: u64,
-    pub const_method_code_size: u64,
 }
 
 impl ThreadLayout {
@@ -90,10 +86,6 @@ impl ThreadLayout {
             last_java_sp: offset("JavaFrameAnchor", "_last_Java_sp")?,
             last_java_pc: offset("JavaFrameAnchor", "_last_Java_pc")?,
             last_java_fp: offset("JavaFrameAnchor", "_last_Java_fp")?,
-            const_method_size: tables
-                .size("ConstMethod")
-                .ok_or_else(|| missing("sizeof(ConstMethod)".into()))?,
-            const_method_code_size: offset("ConstMethod", "_code_size")?,
         })
     }
 }
@@ -144,14 +136,13 @@ pub fn walk_from_anchor(
         0 => memory.read_u64(sp - 8)?,
         pc => pc,
     };
-    Ok(walk(memory, layout, threads, cache, pc, sp, fp))
+    Ok(walk(memory, layout, cache, pc, sp, fp))
 }
 
 /// Walks from (pc, sp, fp) while the pc is in the code cache.
 pub fn walk(
     memory: &impl ReadMemory,
     layout: &HotspotLayout,
-    threads: &ThreadLayout,
     cache: &CodeCache,
     mut pc: u64,
     mut sp: u64,
@@ -164,47 +155,35 @@ pub fn walk(
         let Some(blob) = cache.blob_at(memory, layout, pc) else {
             break;
         };
-        let next = match &blob.kind {
-            BlobKind::Interpreter => {
-                if fp < sp || fp - sp > MAX_FRAME_BYTES {
-                    break;
-                }
-                let Some(method) = slot(fp, INTERPRETER_METHOD) else {
-                    break;
-                };
-                let bci = slot(fp, INTERPRETER_BCP)
-                    .and_then(|bcp| bci(memory, layout, threads, method, bcp));
-                frames.push(JavaFrame::Interpreted { method, bci });
-                // sender sp, return address, caller's rbp.
-                (slot(fp, -1), slot(fp, 1), slot(fp, 0))
+        let next = if blob.kind == BlobKind::Interpreter {
+            if fp < sp || fp - sp > MAX_FRAME_BYTES {
+                break;
             }
-            BlobKind::Nmethod | BlobKind::NativeNmethod | BlobKind::Stub(_)
-                if blob.frame_size > 0 =>
-            {
-                match &blob.kind {
-                    BlobKind::Stub(name) => frames.push(JavaFrame::Stub(name.clone())),
-                    _ => frames.push(JavaFrame::Compiled {
-                        method: blob.method,
-                        nmethod: blob.address,
-                    }),
-                }
+            let Some(method) = slot(fp, INTERPRETER_METHOD) else {
+                break;
+            };
+            let bci = slot(fp, INTERPRETER_BCP).and_then(|bcp| bci(memory, layout, method, bcp));
+            frames.push(JavaFrame::Interpreted { method, bci });
+            // sender sp, return address, caller's rbp.
+            (slot(fp, -1), slot(fp, 1), slot(fp, 0))
+        } else {
+            let vtable_chunks =
+                matches!(&blob.kind, BlobKind::Stub(name) if name == "vtable chunks");
+            frames.push(match blob.kind {
+                BlobKind::Stub(name) => JavaFrame::Stub(name),
+                _ => JavaFrame::Compiled {
+                    method: blob.method,
+                    nmethod: blob.address,
+                },
+            });
+            if blob.frame_size > 0 {
                 let sender = sp + 8 * u64::from(blob.frame_size);
                 (Some(sender), word(sender - 8), word(sender - 16))
-            }
-            BlobKind::Stub(name) if name == "vtable chunks" => {
-                frames.push(JavaFrame::Stub(name.clone()));
+            } else if vtable_chunks {
+                // Only a return address on the stack.
                 (Some(sp + 8), word(sp), Some(fp))
-            }
-            BlobKind::Nmethod | BlobKind::NativeNmethod | BlobKind::Stub(_) => {
+            } else {
                 // No frame of its own: rbp is a frame record.
-                if let BlobKind::Stub(name) = &blob.kind {
-                    frames.push(JavaFrame::Stub(name.clone()));
-                } else {
-                    frames.push(JavaFrame::Compiled {
-                        method: blob.method,
-                        nmethod: blob.address,
-                    });
-                }
                 if fp < sp || fp - sp > MAX_FRAME_BYTES {
                     break;
                 }
@@ -222,19 +201,8 @@ pub fn walk(
 }
 
 /// The bytecode index of `bcp` in `method`, if it is in its bytecodes.
-fn bci(
-    memory: &impl ReadMemory,
-    layout: &HotspotLayout,
-    threads: &ThreadLayout,
-    method: u64,
-    bcp: u64,
-) -> Option<u32> {
-    let const_method = memory.read_u64(method + layout.method_const_method).ok()?;
-    let mut size = [0u8; 2];
-    memory
-        .read(const_method + threads.const_method_code_size, &mut size)
-        .ok()?;
-    let start = const_method + threads.const_method_size;
-    let bci = bcp.checked_sub(start)?;
-    (bci < u64::from(u16::from_le_bytes(size))).then_some(bci as u32)
+fn bci(memory: &impl ReadMemory, layout: &HotspotLayout, method: u64, bcp: u64) -> Option<u32> {
+    let code = layout.bytecodes(memory, method)?;
+    let bci = bcp.checked_sub(code.start)?;
+    (bci < code.len).then_some(bci as u32)
 }
