@@ -33,8 +33,104 @@ pub struct SampleKey {
     /// Key of the sample's Python stack in the active `PY_STACKS` map, `0`
     /// for none.
     pub python_stack: u64,
+    /// Key of the sample's user stack in the active `HOTSPOT_STACKS` map
+    /// (a JVM whose frames the kernel walks itself: native and Java frames
+    /// in one stack, and then `user_stack_id` is unused), `0` for none.
+    pub hotspot_stack: u64,
     /// The thread's `comm` when it was sampled: names survive the thread's exit.
     pub comm: [u8; COMM_LEN],
+}
+
+/// Heaps of a HotSpot code cache the kernel's walker knows (HotSpot has at
+/// most three: non-methods, profiled and non-profiled methods).
+pub const HOTSPOT_MAX_HEAPS: usize = 4;
+
+/// One heap of a JVM's code cache: its reserved range (fixed for the
+/// JVM's life) and its segment map (one byte per segment: `0` where a
+/// block starts, `0xFF` never used, else how many segments to step back).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotspotHeap {
+    pub low: u64,
+    pub high: u64,
+    pub segmap: u64,
+}
+
+/// What the kernel's walker needs to step through a HotSpot JVM's Java
+/// frames without frame pointers, handed over per process by userspace,
+/// which read it from the JVM's own VMStructs tables (so no offset is
+/// assumed per JDK version). Offsets are bytes into a `CodeBlob`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotspotProcInfo {
+    /// `CodeCache::_low_bound` / `_high_bound`: every heap lies within.
+    pub code_low: u64,
+    pub code_high: u64,
+    pub heaps: [HotspotHeap; HOTSPOT_MAX_HEAPS],
+    /// Heaps used in `heaps`.
+    pub heap_count: u32,
+    /// log2 of a segment's bytes (the same in every heap).
+    pub log2_segment_size: u32,
+    /// `sizeof(HeapBlock)`: a block's code blob follows its header.
+    pub heap_block_size: u32,
+    /// `CodeBlob::_name` (a `const char*`).
+    pub blob_name: u32,
+    /// `CodeBlob::_frame_size` (an `int`, in words).
+    pub blob_frame_size: u32,
+    /// `nmethod::_compile_id` (an `int`): tells userspace whether the
+    /// compiled method it finds at the address is still the one sampled.
+    pub nmethod_compile_id: u32,
+}
+
+/// What a [`HotspotFrame`] is.
+pub mod hotspot_frame {
+    /// Native code: `address` is the pc (a caller's return address).
+    pub const NATIVE: u32 = 1;
+    /// Run by the interpreter: `address` is the `Method*`, `data` the low
+    /// 32 bits of its bytecode pointer.
+    pub const INTERPRETED: u32 = 2;
+    /// Compiled Java code (or a JNI wrapper): `address` is the pc, `data`
+    /// the compile id of the code blob it was in.
+    pub const COMPILED: u32 = 3;
+    /// A VM stub in the code cache: `address` is the pc.
+    pub const STUB: u32 = 4;
+    /// A pc in the code cache in no code blob (freed as it was sampled, or
+    /// a segment map the walker could not follow): the walk ended there.
+    pub const CODE: u32 = 5;
+}
+
+/// One frame of a [`HotspotStack`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HotspotFrame {
+    pub address: u64,
+    pub data: u32,
+    /// One of [`hotspot_frame`].
+    pub kind: u32,
+}
+
+/// Frames of one walked JVM stack (Java and native, leaf first): deeper
+/// than `perf_event_max_stack`, as Spark's task stacks are.
+pub const HOTSPOT_MAX_FRAMES: usize = 1024;
+/// Frames one run of the walker program steps before it tail-calls
+/// itself (the kernel allows 33 tail calls: 34 runs of this many frames
+/// cover [`HOTSPOT_MAX_FRAMES`]).
+pub const HOTSPOT_FRAMES_PER_RUN: usize = 32;
+/// JVMs whose frames the kernel can walk at once.
+pub const MAX_HOTSPOT_PROCESSES: u32 = 1_024;
+/// Default entries of each HotSpot stack map (allocated as used).
+pub const DEFAULT_HOTSPOT_STACK_ENTRIES: u32 = 4_096;
+
+/// A user stack of a sample of a JVM, walked by the kernel through native
+/// and Java frames, leaf first, in `HOTSPOT_STACKS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HotspotStack {
+    /// Frames used in `frames`.
+    pub len: u32,
+    /// `1`: the walk went on beyond [`HOTSPOT_MAX_FRAMES`].
+    pub truncated: u32,
+    pub frames: [HotspotFrame; HOTSPOT_MAX_FRAMES],
 }
 
 /// How a CPython version chains its frames, as the kernel walker sees it.
@@ -304,14 +400,19 @@ pub mod stat {
     /// full between two drains: the time still counts, under a
     /// `[... stack lost]` frame.
     pub const OFFCPU_STACKS_LOST: u32 = 12;
-    /// Number of statistics.
     /// Switch-outs whose user stack was walked (the others reused the walk
     /// of their site).
     pub const OFFCPU_USER_WALKS: u32 = 13;
     /// Python stacks lost to a full `PY_STACKS` map (the sample still counts,
     /// with its native frames).
     pub const PY_STACKS_LOST: u32 = 14;
-    pub const COUNT: u32 = 15;
+    /// Samples of JVMs whose stack the kernel walked through Java frames.
+    pub const HOTSPOT_WALKS: u32 = 15;
+    /// Of those, stacks lost to a full `HOTSPOT_STACKS` map (the sample
+    /// still counts, with a frame-pointer walk of its user stack).
+    pub const HOTSPOT_STACKS_LOST: u32 = 16;
+    /// Number of statistics.
+    pub const COUNT: u32 = 17;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -384,6 +485,15 @@ pub mod names {
     pub const OFFCPU_SLOT_MASK: &str = "OFFCPU_SLOT_MASK";
     /// Global `u64`: shorter off-CPU periods are not counted.
     pub const OFFCPU_MIN_BLOCK_NS: &str = "OFFCPU_MIN_BLOCK_NS";
+    /// The perf_event program that walks a JVM's user stack (tail-called
+    /// by the sampler, and by itself every [`crate::HOTSPOT_FRAMES_PER_RUN`] frames).
+    pub const PROGRAM_HOTSPOT_WALK: &str = "hotspot_walk";
+    /// `ProgramArray` of one entry: [`PROGRAM_HOTSPOT_WALK`].
+    pub const HOTSPOT_WALKER: &str = "HOTSPOT_WALKER";
+    /// `HashMap<u32 tgid, HotspotProcInfo>`: JVMs whose frames are walked.
+    pub const HOTSPOT_PROCS: &str = "HOTSPOT_PROCS";
+    /// `HashMap<u64, HotspotStack>`: user stacks of JVM samples, one per buffer.
+    pub const HOTSPOT_STACKS: [&str; 2] = ["HOTSPOT_STACKS_0", "HOTSPOT_STACKS_1"];
     /// Every stack map, whose depth userspace sets per recording.
     pub const ALL_STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 }
@@ -469,6 +579,11 @@ mod user {
     // SAFETY: repr(C), u64, four u32, u64, sites of six u64 each, [u8; 16]:
     // no padding, any bits valid.
     unsafe impl aya::Pod for super::OffCpuStart {}
+    // SAFETY: repr(C), u64s then six u32: no padding, any bits valid.
+    unsafe impl aya::Pod for super::HotspotProcInfo {}
+    // SAFETY: repr(C), two u32 then frames of (u64, u32, u32): no padding,
+    // any bits valid.
+    unsafe impl aya::Pod for super::HotspotStack {}
 }
 
 #[cfg(test)]
@@ -477,7 +592,7 @@ mod tests {
 
     #[test]
     fn sample_key_has_no_padding() {
-        assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + 8 + COMM_LEN);
+        assert_eq!(core::mem::size_of::<SampleKey>(), 6 * 4 + 2 * 8 + COMM_LEN);
         assert_eq!(core::mem::align_of::<SampleKey>(), 8);
     }
 
@@ -506,6 +621,24 @@ mod tests {
         assert_eq!(core::mem::offset_of!(NewStack<OffCpuUserStack>, stack), 8);
         // Each fits its ring many times over.
         assert!(OFFCPU_USER_RING_BYTES as usize / size_of::<NewStack<OffCpuUserStack>>() >= 4_000);
+    }
+
+    #[test]
+    fn hotspot_records_have_no_padding() {
+        assert_eq!(
+            core::mem::size_of::<HotspotProcInfo>(),
+            2 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 6 * 4
+        );
+        assert_eq!(core::mem::size_of::<HotspotFrame>(), 16);
+        assert_eq!(
+            core::mem::size_of::<HotspotStack>(),
+            8 + 16 * HOTSPOT_MAX_FRAMES
+        );
+        assert_eq!(core::mem::offset_of!(HotspotStack, frames), 8);
+        // The walker's runs (the first and 33 tail calls) cover the depth.
+        const { assert!(34 * HOTSPOT_FRAMES_PER_RUN >= HOTSPOT_MAX_FRAMES) };
+        // The walker indexes frames with a mask.
+        const { assert!(HOTSPOT_MAX_FRAMES.is_power_of_two()) };
     }
 
     #[test]

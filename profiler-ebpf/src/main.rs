@@ -12,6 +12,7 @@
 #![no_main]
 
 mod hashed_stacks;
+mod hotspot;
 mod off_cpu;
 mod on_cpu;
 mod python;

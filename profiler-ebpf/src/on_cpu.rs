@@ -19,6 +19,7 @@ use profiler_common::{
 
 use crate::{
     hashed_stacks::Pooled,
+    hotspot::walk_if_jvm,
     python::{python_stack, sample_stacks},
     stats::count_stat,
     thread_names::thread_epoch,
@@ -61,14 +62,29 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         count_stat(stat::FILTERED);
         return 0;
     }
+    // A registered JVM's stack is walked through its Java frames by
+    // `hotspot_walk`, which counts the sample (this returns if it cannot).
+    walk_if_jvm(&ctx, tgid, buffer);
+    count_sample(&ctx, buffer, tgid, 0);
+    0
+}
+
+/// Counts a sample of the current thread in `buffer`: with its user stack
+/// from `HOTSPOT_STACKS` (`hotspot_stack`, the kernel's own frame-pointer
+/// walk when `0`), its kernel stack, name epoch, Python stack and comm.
+#[inline(always)]
+pub fn count_sample(ctx: &PerfEventContext, buffer: u32, tgid: u32, hotspot_stack: u64) {
     let (counts, stacks) = if buffer == 0 {
         (&COUNTS_0, &STACKS_0)
     } else {
         (&COUNTS_1, &STACKS_1)
     };
-
-    let user_stack_id = stack_id(&ctx, stacks, BPF_F_USER_STACK as u64, stat::USER_STACK_LOST);
-    let kernel_stack_id = stack_id(&ctx, stacks, 0, stat::KERNEL_STACK_LOST);
+    let user_stack_id = if hotspot_stack == 0 {
+        stack_id(ctx, stacks, BPF_F_USER_STACK as u64, stat::USER_STACK_LOST)
+    } else {
+        stack_error::EFAULT
+    };
+    let kernel_stack_id = stack_id(ctx, stacks, 0, stat::KERNEL_STACK_LOST);
     let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
     let tid = ctx.pid();
     let key = SampleKey {
@@ -86,10 +102,10 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
                 lost_stat: stat::PY_STACKS_LOST,
             },
         ),
+        hotspot_stack,
         comm,
     };
-    add_one(&ctx, counts, &key);
-    0
+    add_one(ctx, counts, &key);
 }
 
 /// Which buffer (0 or 1) every program writes its counts to now, or

@@ -7,6 +7,7 @@
 //! files; later stages take it from there.
 
 pub mod btf;
+pub mod hotspot;
 pub mod object;
 pub mod off_cpu;
 pub mod python;
@@ -28,6 +29,8 @@ use aya::{
     },
     util::online_cpus,
 };
+use hotspot::HotspotMaps;
+pub use hotspot::RawHotspotStack;
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{BUFFER_STOPPED, PythonOffsets, SampleKey, names, stack_error, stat};
 use python::PythonMaps;
@@ -132,6 +135,9 @@ pub struct RawSample {
     pub kernel: RawStack,
     /// The Python frames of an on-CPU sample of a followed CPython thread.
     pub python: Option<RawPythonStack>,
+    /// The user stack of an on-CPU sample of a JVM whose Java frames the
+    /// kernel walks (native and Java frames; `user` is then absent).
+    pub hotspot: Option<RawHotspotStack>,
     pub kind: SampleKind,
     /// Samples for [`SampleKind::OnCpu`], microseconds for
     /// [`SampleKind::OffCpu`].
@@ -177,6 +183,10 @@ pub struct KernelStats {
     pub offcpu_user_walks: u64,
     /// Off-CPU stacks lost to stack-map collisions (the time still counts).
     pub offcpu_stacks_lost: u64,
+    /// On-CPU samples of JVMs whose stacks the kernel walked through Java frames.
+    pub hotspot_walks: u64,
+    /// Of those, stacks lost to a full map (counted with a frame-pointer walk).
+    pub hotspot_stacks_lost: u64,
 }
 
 /// The loaded, attached sampler.
@@ -196,6 +206,7 @@ pub struct Collector {
     renames: RenameFeed,
     off_cpu: Option<OffCpuRecorder>,
     python: PythonMaps,
+    hotspot: HotspotMaps,
 }
 
 impl Collector {
@@ -311,6 +322,7 @@ impl Collector {
         let stats = take_map(&mut ebpf, names::STATS)?;
         let renames = RenameFeed::load(&mut ebpf, btf.as_ref())?;
         let python = PythonMaps::take(&mut ebpf)?;
+        let hotspot = HotspotMaps::load(&mut ebpf)?;
         let off_cpu = match &off_cpu_globals {
             Some(globals) => Some(OffCpuRecorder::load(
                 &mut ebpf,
@@ -349,6 +361,7 @@ impl Collector {
             renames,
             off_cpu,
             python,
+            hotspot,
         })
     }
 
@@ -449,10 +462,20 @@ impl Collector {
         self.python.set_threads(pid, threads);
     }
 
+    /// Walks a JVM's user stacks through its Java frames (see [`hotspot`]).
+    pub fn watch_hotspot(
+        &mut self,
+        pid: u32,
+        info: &profiler_common::HotspotProcInfo,
+    ) -> Result<(), CollectError> {
+        self.hotspot.watch(pid, info)
+    }
+
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.renames.forget(pid);
         self.python.forget(pid);
+        self.hotspot.forget(pid);
         if let Some(off_cpu) = self.off_cpu.as_mut() {
             off_cpu.forget(pid);
         }
@@ -512,6 +535,7 @@ impl Collector {
                 user,
                 kernel,
                 python: self.python.stack(idle, key.python_stack),
+                hotspot: self.hotspot.stack(idle, key.hotspot_stack),
                 kind: SampleKind::OnCpu,
                 count: *count,
             });
@@ -520,6 +544,7 @@ impl Collector {
             samples.extend(off_cpu.drain(idle));
         }
         self.python.clear(idle);
+        self.hotspot.clear(idle);
 
         for (key, _) in &entries {
             match self.counts[idle].remove(key) {
@@ -587,6 +612,8 @@ impl Collector {
             offcpu_threads_full: sum(stat::OFFCPU_THREADS_FULL),
             offcpu_user_walks: sum(stat::OFFCPU_USER_WALKS),
             offcpu_stacks_lost: sum(stat::OFFCPU_STACKS_LOST),
+            hotspot_walks: sum(stat::HOTSPOT_WALKS),
+            hotspot_stacks_lost: sum(stat::HOTSPOT_STACKS_LOST),
         }
     }
 }

@@ -307,6 +307,7 @@ impl OffCpuRecorder {
                 user,
                 kernel,
                 python: self.python_stack(key.python_stack),
+                hotspot: None,
                 kind: SampleKind::OffCpu(OffCpuState::from_prev_state(key.state)),
                 count: (nanos + 500) / 1_000,
             });

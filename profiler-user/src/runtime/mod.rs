@@ -16,6 +16,7 @@ pub mod python;
 
 use std::sync::Arc;
 
+use profiler_common::HotspotFrame;
 use serde::Serialize;
 
 use crate::{
@@ -62,11 +63,15 @@ pub trait Runtime {
     fn exited(&mut self, process: &ProcessInfo);
 }
 
-/// What the runtimes report in index.json (its `jit` and `threads`).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+/// What the runtimes report in index.json (its `jit`, `threads` and
+/// `java_walks`).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RuntimeStats {
     pub jit: jvm::JitStats,
     pub threads: jvm::thread_names::ThreadStats,
+    /// Per JVM (by pid): whether its Java frames were walked from HotSpot's
+    /// own structures, and if not why.
+    pub java_walks: std::collections::BTreeMap<u32, jvm::JavaWalk>,
 }
 
 /// Every runtime sparkprof knows, driven alike.
@@ -92,6 +97,7 @@ impl Runtimes {
         RuntimeStats {
             jit: self.jvm.jit_stats(),
             threads: self.jvm.thread_stats(),
+            java_walks: self.jvm.java_walks(),
         }
     }
 }
@@ -170,5 +176,14 @@ impl RuntimeFrames for Runtimes {
         native: Vec<Frame>,
     ) -> Vec<Frame> {
         self.python.interpreter_frames(pid, stack, native)
+    }
+
+    fn recorded_frame(
+        &mut self,
+        process: &ProcessInfo,
+        frame: &HotspotFrame,
+        count: u64,
+    ) -> Option<Frame> {
+        self.jvm.recorded_frame(process, frame, count)
     }
 }

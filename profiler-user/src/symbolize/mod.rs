@@ -16,8 +16,10 @@ pub mod proc_maps;
 
 use std::{collections::HashMap, sync::Arc};
 
+use profiler_common::{HotspotFrame, hotspot_frame};
+
 use crate::{
-    collect::{RawPythonStack, RawSample, RawStack, SampleKind},
+    collect::{RawHotspotStack, RawPythonStack, RawSample, RawStack, SampleKind},
     enrich::{EnrichedDrain, EnrichedSample, ProcessInfo, spark::TaskThread},
 };
 
@@ -107,6 +109,15 @@ pub trait RuntimeFrames {
         stack: &RawPythonStack,
         native: Vec<Frame>,
     ) -> Vec<Frame>;
+    /// The frame a runtime's own record in a kernel-walked stack stands
+    /// for (a Java frame of a JVM stack); `None` for a native frame, which
+    /// is named like any other user address.
+    fn recorded_frame(
+        &mut self,
+        process: &ProcessInfo,
+        frame: &HotspotFrame,
+        count: u64,
+    ) -> Option<Frame>;
 }
 
 /// The symbolize stage and its caches.
@@ -145,6 +156,14 @@ impl Symbolizer {
                     .entry(sample.process.pid)
                     .or_insert_with(|| (sample.process.clone(), Vec::new()));
                 batch.1.extend(lookup_addresses(ips));
+            }
+            if let Some(stack) = &sample.raw.hotspot {
+                let batch = user_batches
+                    .entry(sample.process.pid)
+                    .or_insert_with(|| (sample.process.clone(), Vec::new()));
+                batch
+                    .1
+                    .extend(native_addresses(stack).map(|(_, addr)| addr));
             }
             if let RawStack::Frames { ips, .. } = &sample.raw.kernel {
                 kernel_addrs.extend(lookup_addresses(ips));
@@ -235,6 +254,9 @@ impl Symbolizer {
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
             RawStack::Absent => {}
         }
+        if let Some(stack) = &raw.hotspot {
+            frames.extend(self.hotspot_frames(process, stack, count, runtime));
+        }
         if let Some(python) = &raw.python {
             frames = runtime.interpreter_frames(process.pid, python, frames);
         }
@@ -262,6 +284,54 @@ impl Symbolizer {
 }
 
 impl Symbolizer {
+    /// The user frames of a JVM stack the kernel walked (native and Java
+    /// frames, leaf first), root first. Native frames are named as in any
+    /// user stack, and where the walk ended outside code (a frame pointer
+    /// that was none) it is cut after its outermost code frame and marked.
+    fn hotspot_frames(
+        &mut self,
+        process: &ProcessInfo,
+        stack: &RawHotspotStack,
+        count: u64,
+        runtime: &mut dyn RuntimeFrames,
+    ) -> Vec<Frame> {
+        let lookups: Vec<Option<u64>> = stack
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(index, frame)| is_native(frame).then(|| lookup_address(index, frame.address)))
+            .collect();
+        let is_code: Vec<bool> = lookups
+            .iter()
+            .map(|lookup| lookup.is_none_or(|addr| self.native.is_code(process, addr)))
+            .collect();
+        let end = is_code
+            .iter()
+            .rposition(|&code| code)
+            .map_or(0, |last| last + 1);
+        let mut frames = Vec::with_capacity(end + 1);
+        if end < stack.frames.len() {
+            frames.push(Frame::marker(NOT_CODE_MARKER));
+        } else if stack.truncated {
+            frames.push(Frame::marker("[truncated]"));
+        }
+        for index in (0..end).rev() {
+            let frame = &stack.frames[index];
+            match lookups[index] {
+                Some(addr) if is_code[index] => {
+                    frames.push(self.user_frame(process, addr, count, runtime));
+                }
+                Some(_) => {}
+                None => frames.extend(
+                    runtime
+                        .recorded_frame(process, frame, count)
+                        .or_else(|| Some(Frame::new("[unknown]", FrameKind::Jit))),
+                ),
+            }
+        }
+        frames
+    }
+
     fn user_frame(
         &mut self,
         process: &ProcessInfo,
@@ -292,14 +362,36 @@ fn lost_marker(which: &str, errno: i32) -> String {
     }
 }
 
+/// Whether a frame of a kernel-walked JVM stack is named as a native
+/// address (native code, or a code-cache pc the walker found no blob for,
+/// which the JIT symbolizer may know from a perf map).
+fn is_native(frame: &HotspotFrame) -> bool {
+    matches!(frame.kind, hotspot_frame::NATIVE | hotspot_frame::CODE)
+}
+
+/// The native frames of a kernel-walked JVM stack: (index, address to
+/// look up).
+fn native_addresses(stack: &RawHotspotStack) -> impl Iterator<Item = (usize, u64)> + '_ {
+    stack
+        .frames
+        .iter()
+        .enumerate()
+        .filter(|(_, frame)| is_native(frame))
+        .map(|(index, frame)| (index, lookup_address(index, frame.address)))
+}
+
+/// The address to look up for the frame at `index` of a leaf-first stack
+/// (see [`lookup_addresses`]).
+fn lookup_address(index: usize, ip: u64) -> u64 {
+    if index == 0 { ip } else { ip.saturating_sub(1) }
+}
+
 /// The addresses to look up for a leaf-first stack: the leaf's own address,
 /// and for every caller its return address minus one, which lies inside the
 /// call instruction and so inside the calling function even when the call is
 /// the function's last instruction.
 pub fn lookup_addresses(ips: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '_ {
-    ips.iter()
-        .enumerate()
-        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+    ips.iter().enumerate().map(|(i, &ip)| lookup_address(i, ip))
 }
 
 #[cfg(test)]

@@ -5,11 +5,20 @@
 //! symbolizer and named from the JVM's perf map, asked for in parallel where
 //! it is stale; a JVM's state goes when it exits.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use profiler_common::HotspotFrame;
+use serde::Serialize;
+use tracing::{debug, info};
 
 use super::{
     JitBatch, JitStats, JitSymbolizer, JvmOptions,
+    hotspot::{
+        HotspotError,
+        process::{HotspotProcess, RecordedName},
+    },
     thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
 };
 use crate::{
@@ -22,10 +31,38 @@ use crate::{
 /// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
 const COMPILER_THREADS: [&str; 2] = ["C2 CompilerThre", "C1 CompilerThre"];
 
+/// How long a JVM may take to initialise its code cache before its Java
+/// frames are left to frame pointers.
+const HOTSPOT_READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// How the Java frames of one JVM are walked, as index.json reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JavaWalk {
+    /// `true`: by sparkprof's kernel walker from HotSpot's own structures
+    /// (every Java frame, no `-XX:+PreserveFramePointer` needed); `false`:
+    /// by frame pointers only, compiled frames named from the perf map.
+    pub walked: bool,
+    /// Why not, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A JVM's Java frames: walked, not yet (its code cache is not ready),
+/// or left to frame pointers, and why.
+enum Walker {
+    Pending { since: Instant, last: String },
+    Walked(Box<HotspotProcess>),
+    FramePointers(String),
+}
+
 /// Every JVM whose threads and compiled frames sparkprof names.
 pub struct JvmRuntime {
     names: JvmThreadNames,
     jit: JitSymbolizer,
+    /// Per JVM (pid), how its Java frames are walked.
+    walkers: BTreeMap<u32, Walker>,
+    /// Every JVM seen, how its Java frames were walked (for index.json).
+    walks: BTreeMap<u32, JavaWalk>,
     /// This drain's addresses in JVM code caches.
     jit_addrs: HashSet<(u32, u64)>,
     /// This drain's batches, one per JVM, named in [`RuntimeFrames::resolve`].
@@ -44,6 +81,8 @@ impl JvmRuntime {
         Self {
             names: JvmThreadNames::new(options.rename_uprobe, dumps),
             jit: JitSymbolizer::new(options.jit),
+            walkers: BTreeMap::new(),
+            walks: BTreeMap::new(),
             jit_addrs: HashSet::new(),
             batches: Vec::new(),
             compiling: HashSet::new(),
@@ -60,6 +99,82 @@ impl JvmRuntime {
     pub fn thread_stats(&self) -> ThreadStats {
         self.names.stats()
     }
+
+    /// How each JVM seen had its Java frames walked, by pid.
+    pub fn java_walks(&self) -> BTreeMap<u32, JavaWalk> {
+        self.walks.clone()
+    }
+
+    /// Reads what the kernel's walker needs from JVM `pid` and hands it
+    /// over; a JVM not initialised yet is tried again next drain.
+    fn try_walk(&mut self, pid: u32, collector: &mut Collector) {
+        let attempt = HotspotProcess::read(pid)
+            .and_then(|process| Ok((process.proc_info()?, process)))
+            .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
+            .and_then(|(info, process)| {
+                collector
+                    .watch_hotspot(pid, &info)
+                    .map(|()| process)
+                    .map_err(|err| (false, err.to_string()))
+            });
+        let since = match self.walkers.get(&pid) {
+            Some(Walker::Pending { since, .. }) => *since,
+            _ => Instant::now(),
+        };
+        let walker = match attempt {
+            Ok(process) => {
+                info!(pid, "Java frames walked from HotSpot's own structures");
+                Walker::Walked(Box::new(process))
+            }
+            Err((true, last)) if since.elapsed() < HOTSPOT_READY_WITHIN => {
+                debug!(pid, "HotSpot structures not ready: {last}");
+                Walker::Pending { since, last }
+            }
+            Err((_, reason)) => {
+                info!(pid, "Java frames by frame pointers only: {reason}");
+                Walker::FramePointers(reason)
+            }
+        };
+        self.walks.insert(
+            pid,
+            match &walker {
+                Walker::Walked(_) => JavaWalk {
+                    walked: true,
+                    reason: None,
+                },
+                Walker::Pending { last, .. } | Walker::FramePointers(last) => JavaWalk {
+                    walked: false,
+                    reason: Some(last.clone()),
+                },
+            },
+        );
+        self.walkers.insert(pid, walker);
+    }
+
+    /// The frames a walked JVM's stack frame stands for (the Java method,
+    /// or the VM stub), or `None` for a native frame.
+    fn walked_frame(
+        &mut self,
+        process: &ProcessInfo,
+        frame: &HotspotFrame,
+        count: u64,
+    ) -> Option<Frame> {
+        let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
+            return None;
+        };
+        let name = match walked.name(frame) {
+            RecordedName::NotJava => return None,
+            RecordedName::Java(name) => Some(name),
+            RecordedName::Unknown => None,
+        };
+        if count > 0 {
+            self.jit.count_walked_frame(name.is_some(), count);
+        }
+        Some(Frame {
+            name: name.unwrap_or_else(|| "[unknown]".into()),
+            kind: FrameKind::Jit,
+        })
+    }
 }
 
 impl Runtime for JvmRuntime {
@@ -67,14 +182,27 @@ impl Runtime for JvmRuntime {
         self.names.watch_installed_jdks(collector);
     }
 
-    /// A JVM's renames are watched; its frames need nothing of the kernel.
+    /// A JVM's renames are watched, and its Java frames walked by the
+    /// kernel once its code cache is there.
     fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector) {
         if let Some(libjvm) = process.runtime.libjvm() {
             self.names.watch(process.pid, libjvm, collector);
+            self.try_walk(process.pid, collector);
         }
     }
 
-    fn synchronize(&mut self, _: &mut Collector) {}
+    /// JVMs still initialising are tried again.
+    fn synchronize(&mut self, collector: &mut Collector) {
+        let pending: Vec<u32> = self
+            .walkers
+            .iter()
+            .filter(|(_, walker)| matches!(walker, Walker::Pending { .. }))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in pending {
+            self.try_walk(pid, collector);
+        }
+    }
 
     fn thread_names(&mut self, drain: Option<&Drain>, collector: &Collector) -> Vec<ThreadDump> {
         self.names.dumps(drain, collector)
@@ -91,6 +219,7 @@ impl Runtime for JvmRuntime {
     }
 
     fn exited(&mut self, process: &ProcessInfo) {
+        self.walkers.remove(&process.pid);
         self.names.forget(process.pid);
         self.jit.evict(process);
     }
@@ -153,5 +282,14 @@ impl RuntimeFrames for JvmRuntime {
 
     fn interpreter_frames(&mut self, _: u32, _: &RawPythonStack, native: Vec<Frame>) -> Vec<Frame> {
         native
+    }
+
+    fn recorded_frame(
+        &mut self,
+        process: &ProcessInfo,
+        frame: &HotspotFrame,
+        count: u64,
+    ) -> Option<Frame> {
+        self.walked_frame(process, frame, count)
     }
 }

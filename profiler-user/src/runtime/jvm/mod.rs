@@ -21,7 +21,7 @@ pub mod types;
 
 use std::{cell::Cell, collections::HashMap, sync::Arc};
 
-pub use follow::JvmRuntime;
+pub use follow::{JavaWalk, JvmRuntime};
 use resolver::{DumpReasons, JvmResolver};
 pub use types::{JitOptions, JitStats, JvmOptions};
 
@@ -144,6 +144,16 @@ impl JitSymbolizer {
             self.last_named.set(Some((Self::key(process), addr)));
         }
         self.names.get(&(Self::key(process), addr)).cloned()
+    }
+
+    /// Counts a Java frame of a walked JVM stack (weighted by its sample
+    /// count), named from HotSpot's structures, for the statistics.
+    pub fn count_walked_frame(&mut self, named: bool, samples: u64) {
+        self.stats.jit_frames += samples;
+        self.stats.java_frames_walked += samples;
+        if named {
+            self.stats.jit_frames_named += samples;
+        }
     }
 
     /// Counts a JIT frame (weighted by its sample count) for the statistics;

@@ -77,8 +77,11 @@ impl Default for JitOptions {
 pub struct JitStats {
     /// Frames in a JVM's anonymous executable memory (its code cache).
     pub jit_frames: u64,
-    /// Of those, frames named from a perf map.
+    /// Of those, frames named (from HotSpot's structures or a perf map).
     pub jit_frames_named: u64,
+    /// Of `jit_frames`, Java frames (interpreted, compiled or VM stubs) of
+    /// stacks the kernel walked through HotSpot's structures.
+    pub java_frames_walked: u64,
     /// `Compiler.perfmap` requests that succeeded.
     pub perf_map_dumps: u64,
     /// Requests that failed (the JVM refused, exited, or timed out).

@@ -185,6 +185,16 @@ impl RuntimeFrames for PythonRuntime {
     ) -> Vec<Frame> {
         merge_python(native, self.python_frames(pid, stack))
     }
+
+    /// No Python frame is recorded in a kernel-walked JVM stack.
+    fn recorded_frame(
+        &mut self,
+        _: &ProcessInfo,
+        _: &profiler_common::HotspotFrame,
+        _: u64,
+    ) -> Option<Frame> {
+        None
+    }
 }
 
 impl PythonRuntime {

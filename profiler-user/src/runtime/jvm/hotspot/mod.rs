@@ -16,6 +16,7 @@ pub mod layout;
 pub mod libjvm;
 pub mod lines;
 pub mod names;
+pub mod process;
 pub mod vmstructs;
 pub mod walk;
 

@@ -19,9 +19,16 @@ pub struct MethodName {
 }
 
 impl MethodName {
-    /// `java.lang.Thread.run`.
+    /// `java.lang.Thread.run`. A hidden class (a lambda's, say) drops the
+    /// address HotSpot appends to its name (`Job$$Lambda$12+0x7f3c…`): it
+    /// differs in every JVM, and the same lambda of every executor should
+    /// add up in one frame.
     pub fn readable(&self) -> String {
-        format!("{}.{}", self.class.replace('/', "."), self.method)
+        let class = match self.class.rsplit_once("+0x") {
+            Some((class, address)) if address.bytes().all(|b| b.is_ascii_hexdigit()) => class,
+            _ => &self.class,
+        };
+        format!("{}.{}", class.replace('/', "."), self.method)
     }
 }
 
@@ -55,4 +62,27 @@ fn symbol(
     }
     let bytes = memory.read_vec(address + layout.symbol_body, length as usize)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MethodName;
+
+    #[test]
+    fn hidden_classes_lose_their_address() {
+        let name = |class: &str| {
+            MethodName {
+                class: class.into(),
+                method: "run".into(),
+            }
+            .readable()
+        };
+        assert_eq!(name("java/lang/Thread"), "java.lang.Thread.run");
+        assert_eq!(
+            name("org/apache/spark/Job$$Lambda$12+0x00007f784c000a08"),
+            "org.apache.spark.Job$$Lambda$12.run"
+        );
+        // Not an address: kept.
+        assert_eq!(name("a/B+0xyz"), "a.B+0xyz.run");
+    }
 }

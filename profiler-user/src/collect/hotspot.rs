@@ -1,0 +1,121 @@
+//! The kernel side's view of HotSpot JVMs whose user stacks the sampler
+//! walks itself, through Java frames (`hotspot_walk`, see the eBPF crate):
+//! which processes (with what their code cache looks like), and the stacks
+//! it recorded, double-buffered like the native stacks.
+//!
+//! The JVM runtime (`runtime::jvm`) reads what a process needs from the
+//! JVM's VMStructs and hands it over here; naming the frames is its job too.
+
+use std::collections::HashSet;
+
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, ProgramArray},
+    programs::PerfEvent,
+};
+use profiler_common::{HOTSPOT_MAX_FRAMES, HotspotFrame, HotspotProcInfo, HotspotStack, names};
+use tracing::debug;
+
+use super::{CollectError, take_map};
+
+/// A JVM user stack as the kernel walked it: native and Java frames, leaf
+/// first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawHotspotStack {
+    pub frames: Vec<HotspotFrame>,
+    /// The walk went on beyond what the kernel records.
+    pub truncated: bool,
+}
+
+impl RawHotspotStack {
+    pub fn from_kernel(stack: &HotspotStack) -> Self {
+        let len = (stack.len as usize).min(HOTSPOT_MAX_FRAMES);
+        Self {
+            frames: stack.frames[..len].to_vec(),
+            truncated: stack.truncated != 0,
+        }
+    }
+}
+
+/// The HotSpot maps of the loaded programs.
+pub struct HotspotMaps {
+    /// Kept open: the kernel empties a program array when its last file
+    /// descriptor closes.
+    _walker: ProgramArray<MapData>,
+    processes: HashMap<MapData, u32, HotspotProcInfo>,
+    stacks: [HashMap<MapData, u64, HotspotStack>; 2],
+    watched: HashSet<u32>,
+}
+
+impl HotspotMaps {
+    /// Takes the maps and loads the walker into the sampler's tail-call slot.
+    pub fn load(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
+        let program_error = |source| CollectError::Program {
+            name: names::PROGRAM_HOTSPOT_WALK,
+            source,
+        };
+        let mut walker: ProgramArray<MapData> = take_map(ebpf, names::HOTSPOT_WALKER)?;
+        let program: &mut PerfEvent = ebpf
+            .program_mut(names::PROGRAM_HOTSPOT_WALK)
+            .ok_or(CollectError::MissingProgram(names::PROGRAM_HOTSPOT_WALK))?
+            .try_into()
+            .map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        walker
+            .set(0, program.fd().map_err(program_error)?, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::HOTSPOT_WALKER,
+                source,
+            })?;
+        Ok(Self {
+            _walker: walker,
+            processes: take_map(ebpf, names::HOTSPOT_PROCS)?,
+            stacks: [
+                take_map(ebpf, names::HOTSPOT_STACKS[0])?,
+                take_map(ebpf, names::HOTSPOT_STACKS[1])?,
+            ],
+            watched: HashSet::new(),
+        })
+    }
+
+    /// Walks process `pid`'s Java frames from now on.
+    pub fn watch(&mut self, pid: u32, info: &HotspotProcInfo) -> Result<(), CollectError> {
+        self.processes
+            .insert(&pid, info, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::HOTSPOT_PROCS,
+                source,
+            })?;
+        self.watched.insert(pid);
+        Ok(())
+    }
+
+    /// Stops walking an exited process's frames.
+    pub fn forget(&mut self, pid: u32) {
+        if self.watched.remove(&pid) {
+            let _ = self.processes.remove(&pid);
+        }
+    }
+
+    /// The stack filed under `hash` in the `idle` buffer (`0`: none).
+    pub fn stack(&self, idle: usize, hash: u64) -> Option<RawHotspotStack> {
+        if hash == 0 {
+            return None;
+        }
+        match self.stacks[idle].get(&hash, 0) {
+            Ok(stack) => Some(RawHotspotStack::from_kernel(&stack)),
+            Err(err) => {
+                debug!(hash, "HotSpot stack lookup failed: {err}");
+                None
+            }
+        }
+    }
+
+    /// Empties the `idle` buffer's stack map after a drain.
+    pub fn clear(&mut self, idle: usize) {
+        let keys: Vec<u64> = self.stacks[idle].keys().filter_map(Result::ok).collect();
+        for key in keys {
+            let _ = self.stacks[idle].remove(&key);
+        }
+    }
+}

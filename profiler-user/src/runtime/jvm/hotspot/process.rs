@@ -1,0 +1,177 @@
+//! One JVM whose Java frames the kernel walks: what the walker needs from
+//! it ([`HotspotProcess::proc_info`]), and the names of the frames it
+//! records, read from the JVM's memory and cached per method (or per
+//! compiled pc) until the JVM exits.
+//!
+//! Compiled frames are named from the code blob at their pc (the kernel
+//! records the pc and the blob's compile id; a blob freed and reused since
+//! has another id, and its frame is `[unknown]` rather than another
+//! method's name). Interpreted frames are named from their `Method*`.
+
+use std::{collections::HashMap, sync::Arc};
+
+use profiler_common::{
+    HOTSPOT_MAX_HEAPS, HotspotFrame, HotspotHeap, HotspotProcInfo, hotspot_frame,
+};
+
+use super::{
+    HotspotError,
+    code_cache::{BlobKind, CodeCache},
+    layout::HotspotLayout,
+    libjvm,
+    names::method_name,
+    vmstructs::VmStructs,
+};
+use crate::sys::memory::{Memory, ReadMemory};
+
+/// Distinct methods and compiled pcs whose names are kept per JVM (a
+/// Spark executor compiles a few thousand methods); past this the cache
+/// starts over.
+const MAX_CACHED: usize = 65_536;
+
+/// What a recorded frame is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordedName {
+    /// A native frame (or a code-cache pc in no blob): the native and JIT
+    /// symbolizers name it.
+    NotJava,
+    /// A Java method (`pkg.Class.method`) or a VM stub (HotSpot's name).
+    Java(Arc<str>),
+    /// A Java frame whose method can no longer be read (its class
+    /// unloaded, its compiled code freed since the sample).
+    Unknown,
+}
+
+/// A JVM whose structures were read.
+pub struct HotspotProcess {
+    memory: Memory,
+    layout: HotspotLayout,
+    cache: CodeCache,
+    /// `Method*` → its name (`None`: not a readable method).
+    methods: HashMap<u64, Option<Arc<str>>>,
+    /// Compiled or stub pc → (compile id, name) of the blob there.
+    code: HashMap<u64, Option<(u32, Arc<str>)>>,
+}
+
+impl HotspotProcess {
+    /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
+    /// code cache (not ready until the JVM has initialised it).
+    pub fn read(pid: u32) -> Result<Self, HotspotError> {
+        let memory = Memory::new(pid);
+        let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid)?)?;
+        let layout = HotspotLayout::from_tables(&tables)?;
+        let cache = CodeCache::read(&memory, &layout)?;
+        Ok(Self {
+            memory,
+            layout,
+            cache,
+            methods: HashMap::new(),
+            code: HashMap::new(),
+        })
+    }
+
+    /// What the kernel's walker needs, checked for what it relies on.
+    pub fn proc_info(&self) -> Result<HotspotProcInfo, HotspotError> {
+        let code_low = self.memory.read_u64(self.layout.code_cache_low)?;
+        let code_high = self.memory.read_u64(self.layout.code_cache_high)?;
+        if self.cache.heaps.len() > HOTSPOT_MAX_HEAPS {
+            return Err(HotspotError::Garbage(format!(
+                "{} code heaps",
+                self.cache.heaps.len()
+            )));
+        }
+        let mut info = HotspotProcInfo {
+            code_low,
+            code_high,
+            heap_count: self.cache.heaps.len() as u32,
+            log2_segment_size: self.cache.heaps[0].log2_segment_size,
+            heap_block_size: small(self.layout.heap_block_size)?,
+            blob_name: small(self.layout.code_blob_name)?,
+            blob_frame_size: small(self.layout.code_blob_frame_size)?,
+            nmethod_compile_id: small(self.layout.nmethod_compile_id)?,
+            ..HotspotProcInfo::default()
+        };
+        for (slot, heap) in info.heaps.iter_mut().zip(&self.cache.heaps) {
+            if heap.log2_segment_size != info.log2_segment_size
+                || heap.low < code_low
+                || heap.high > code_high
+            {
+                return Err(HotspotError::Garbage(format!(
+                    "code heap {heap:x?} outside the code cache {code_low:#x}-{code_high:#x} \
+                     or with its own segment size"
+                )));
+            }
+            *slot = HotspotHeap {
+                low: heap.low,
+                high: heap.high,
+                segmap: heap.segmap,
+            };
+        }
+        Ok(info)
+    }
+
+    /// The name of a frame the kernel recorded.
+    pub fn name(&mut self, frame: &HotspotFrame) -> RecordedName {
+        let name = match frame.kind {
+            hotspot_frame::INTERPRETED => self.method(frame.address),
+            hotspot_frame::COMPILED | hotspot_frame::STUB => {
+                self.code(frame.address, frame.kind, frame.data)
+            }
+            _ => return RecordedName::NotJava,
+        };
+        name.map_or(RecordedName::Unknown, RecordedName::Java)
+    }
+
+    fn method(&mut self, method: u64) -> Option<Arc<str>> {
+        if let Some(name) = self.methods.get(&method) {
+            return name.clone();
+        }
+        if self.methods.len() >= MAX_CACHED {
+            self.methods.clear();
+        }
+        let name = method_name(&self.memory, &self.layout, method)
+            .ok()
+            .map(|name| Arc::from(name.readable()));
+        self.methods.insert(method, name.clone());
+        name
+    }
+
+    fn code(&mut self, pc: u64, kind: u32, compile_id: u32) -> Option<Arc<str>> {
+        let wanted = if kind == hotspot_frame::COMPILED {
+            compile_id
+        } else {
+            0
+        };
+        if let Some(Some((id, name))) = self.code.get(&pc)
+            && *id == wanted
+        {
+            return Some(name.clone());
+        }
+        if self.code.len() >= MAX_CACHED {
+            self.code.clear();
+        }
+        let blob = self.cache.blob_at(&self.memory, &self.layout, pc)?;
+        let found = match blob.kind {
+            BlobKind::Nmethod | BlobKind::NativeNmethod => {
+                if blob.compile_id != compile_id {
+                    // Freed and reused since it was sampled.
+                    return None;
+                }
+                let name = self.method(blob.method)?;
+                (blob.compile_id, name)
+            }
+            BlobKind::Stub(name) => (0, Arc::from(name)),
+            BlobKind::Interpreter => (0, Arc::from("Interpreter")),
+        };
+        self.code.insert(pc, Some(found.clone()));
+        (found.0 == wanted).then_some(found.1)
+    }
+}
+
+/// An offset the kernel keeps in 32 bits.
+fn small(offset: u64) -> Result<u32, HotspotError> {
+    u32::try_from(offset)
+        .ok()
+        .filter(|&o| o < 4096)
+        .ok_or_else(|| HotspotError::Garbage(format!("offset {offset}")))
+}
