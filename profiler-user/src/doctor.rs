@@ -17,8 +17,9 @@ pub struct JvmReport {
     /// Where its threads' full names (Spark stage and task) come from.
     pub thread_names: String,
     /// Whether its own structures (VMStructs, code cache, methods) can be
-    /// read, and what they hold; else why not.
-    pub hotspot: String,
+    /// read, and what they hold; else why not. Readable: `record` walks
+    /// its Java frames from them.
+    pub hotspot: Result<String, String>,
     /// Its Spark role and IDs.
     pub spark: String,
 }
@@ -132,16 +133,30 @@ pub fn report() -> String {
     let jvms = jvms();
     line(&mut out, "JVMs", jvms.len().to_string());
     for jvm in jvms {
-        let fp = if jvm.preserve_frame_pointer {
-            "-XX:+PreserveFramePointer: full Java stacks".to_owned()
-        } else {
-            "no -XX:+PreserveFramePointer: Java stacks will be cut short; add the flag".to_owned()
+        let fp = match (&jvm.hotspot, jvm.preserve_frame_pointer) {
+            (Ok(_), true) => {
+                "Java stacks walked by sparkprof; -XX:+PreserveFramePointer is set and not needed"
+            }
+            (Ok(_), false) => {
+                "Java stacks walked by sparkprof: whole without -XX:+PreserveFramePointer"
+            }
+            (Err(_), true) => {
+                "-XX:+PreserveFramePointer: full Java stacks (by frame pointers only, see below)"
+            }
+            (Err(_), false) => {
+                "no -XX:+PreserveFramePointer and HotSpot structures unreadable: Java stacks \
+                 will be cut short; add the flag"
+            }
         };
         let _ = writeln!(out, "  pid {:<8} {:<40} {fp}", jvm.pid, jvm.main);
         let _ = writeln!(out, "  {:<12} Spark: {}", "", jvm.spark);
         let _ = writeln!(out, "  {:<12} JIT names: {}", "", jvm.jit_names);
         let _ = writeln!(out, "  {:<12} thread names: {}", "", jvm.thread_names);
-        let _ = writeln!(out, "  {:<12} HotSpot structures: {}", "", jvm.hotspot);
+        let hotspot = match &jvm.hotspot {
+            Ok(readable) => readable.clone(),
+            Err(why) => format!("not readable: {why}"),
+        };
+        let _ = writeln!(out, "  {:<12} HotSpot structures: {hotspot}", "");
     }
     out
 }
@@ -191,50 +206,19 @@ pub fn jvms() -> Vec<JvmReport> {
     found
 }
 
-/// Whether the JVM's own structures can be read (its exported VMStructs,
-/// the layout sparkprof needs from them, its code cache and the names of
-/// its compiled methods), and if not why.
-fn hotspot(pid: u32) -> String {
-    use crate::{
-        runtime::jvm::hotspot::{
-            code_cache::{BlobKind, CodeCache},
-            layout::{CodeBegin, HotspotLayout},
-            libjvm,
-            names::method_name,
-            vmstructs::VmStructs,
-        },
-        sys::memory::Memory,
-    };
-    let memory = Memory::new(pid);
-    let read = || {
-        let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid)?)?;
-        let layout = HotspotLayout::from_tables(&tables)?;
-        let cache = CodeCache::read(&memory, &layout)?;
-        Ok::<_, crate::runtime::jvm::hotspot::HotspotError>((layout, cache))
-    };
-    match read() {
-        Ok((layout, cache)) => {
-            let blobs = cache.blobs(&memory, &layout);
-            let compiled: Vec<_> = blobs
-                .iter()
-                .filter(|b| b.kind == BlobKind::Nmethod)
-                .collect();
-            let named = compiled
-                .iter()
-                .filter(|b| method_name(&memory, &layout, b.method).is_ok())
-                .count();
-            let shape = match layout.code_blob_code_begin {
-                CodeBegin::Pointer(_) => "JDK 9-22 code blobs",
-                CodeBegin::Offset(_) => "JDK 23+ code blobs",
-            };
-            format!(
-                "readable ({shape}; {} code heaps, {} compiled methods, {named} named from the JVM's memory)",
-                cache.heaps.len(),
-                compiled.len()
-            )
-        }
-        Err(err) => format!("not readable: {err}"),
-    }
+/// Whether the JVM's own structures can be read as `record` reads them
+/// (its exported VMStructs, the layout sparkprof needs from them, its code
+/// cache, what the kernel's walker gets, and the names of its compiled
+/// methods), and if not why.
+fn hotspot(pid: u32) -> Result<String, String> {
+    use crate::runtime::jvm::hotspot::process::HotspotProcess;
+    let process = HotspotProcess::read(pid).map_err(|err| err.to_string())?;
+    process.proc_info().map_err(|err| err.to_string())?;
+    let census = process.census();
+    Ok(format!(
+        "readable ({}; {} code heaps, {} compiled methods, {} named from the JVM's memory)",
+        census.shape, census.heaps, census.compiled, census.named
+    ))
 }
 
 /// Whether sparkprof can keep this JVM's perf map current, and if not why.

@@ -54,7 +54,8 @@ pub fn run(args: &[String]) -> Result<()> {
         ])
         .args(args)
         .env("SPARKPROF_BIN", &binary)
-        .env(spark::VENV_VAR, &spark_venv);
+        .env(spark::VENV_VAR, &spark_venv)
+        .env(jdks::JDKS_VAR, &jdks);
     run_cmd(&mut integration)?;
 
     vm_test::run(&[])

@@ -17,7 +17,7 @@ use profiler_common::{
 use super::{
     HotspotError,
     code_cache::{BlobKind, CodeCache},
-    layout::HotspotLayout,
+    layout::{CodeBegin, HotspotLayout},
     libjvm,
     names::method_name,
     vmstructs::VmStructs,
@@ -40,6 +40,17 @@ pub enum RecordedName {
     /// A Java frame whose method can no longer be read (its class
     /// unloaded, its compiled code freed since the sample).
     Unknown,
+}
+
+/// What a JVM's code cache holds (for `doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Census {
+    /// Which shape its code blobs have.
+    pub shape: &'static str,
+    pub heaps: usize,
+    /// Compiled Java methods, and how many of them were named.
+    pub compiled: usize,
+    pub named: usize,
 }
 
 /// A JVM whose structures were read.
@@ -68,6 +79,29 @@ impl HotspotProcess {
             methods: HashMap::new(),
             code: HashMap::new(),
         })
+    }
+
+    /// Every compiled method in the code cache, and whether each is named.
+    pub fn census(&self) -> Census {
+        let compiled: Vec<_> = self
+            .cache
+            .blobs(&self.memory, &self.layout)
+            .into_iter()
+            .filter(|b| b.kind == BlobKind::Nmethod)
+            .collect();
+        let named = compiled
+            .iter()
+            .filter(|b| method_name(&self.memory, &self.layout, b.method).is_ok())
+            .count();
+        Census {
+            shape: match self.layout.code_blob_code_begin {
+                CodeBegin::Pointer(_) => "JDK 9-22 code blobs",
+                CodeBegin::Offset(_) => "JDK 23+ code blobs",
+            },
+            heaps: self.cache.heaps.len(),
+            compiled: compiled.len(),
+            named,
+        }
     }
 
     /// What the kernel's walker needs, checked for what it relies on.
