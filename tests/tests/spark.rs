@@ -75,6 +75,7 @@ fn spark_stages_are_tagged_per_executor() {
         .filter(|f| s(&f["kind"]) == Some("cpu"))
         .collect();
     check(&truth, &job, &cpu_files);
+    check_java_frames(&recording, &cpu_files, &truth.app_id);
 
     // Off-CPU time (`--off-cpu`) is tagged like the samples: every
     // executor's task threads have off-CPU time in stage files of stages
@@ -207,6 +208,66 @@ fn spark_stages_are_tagged_per_executor() {
         );
     }
     eprintln!("whole test {:.1?}", started.elapsed());
+}
+
+/// The executors run without `-XX:+PreserveFramePointer`, as Spark runs
+/// them by default: sparkprof walks their Java frames from HotSpot's own
+/// structures. In their stage files, Java frames are named (at most 5 %
+/// `Interpreter` or `[unknown]`), stacks reach `Thread.run` (at least
+/// 90 % of the samples) and are not cut short (at most 1 %).
+fn check_java_frames(recording: &sparkprof_tests::Recording, files: &[&Value], app_id: &str) {
+    let (mut java, mut unnamed, mut samples, mut whole, mut cut) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    for f in files {
+        if s(&f["role"]) != Some("executor")
+            || s(&f["app_id"]) != Some(app_id)
+            || f["stage_id"].is_null()
+        {
+            continue;
+        }
+        for stack in recording.stacks(f) {
+            samples += stack.count;
+            for frame in &stack.frames {
+                if let Some(name) = frame.strip_suffix("_[j]") {
+                    java += stack.count;
+                    if name == "Interpreter" || name.starts_with("[unknown") {
+                        unnamed += stack.count;
+                    }
+                }
+            }
+            if stack.frames.iter().any(|f| f == "java.lang.Thread.run_[j]") {
+                whole += stack.count;
+            }
+            if stack
+                .frames
+                .iter()
+                .any(|f| f == "[truncated]" || f == "[walk left code]")
+            {
+                cut += stack.count;
+            }
+        }
+    }
+    let share = |part: u64, all: u64| part as f64 / all.max(1) as f64 * 100.0;
+    eprintln!(
+        "executor stage files: {samples} samples, {:.1} % reach Thread.run, {:.1} % cut short; \
+         {java} Java frames, {:.1} % unnamed; java_walks {}",
+        share(whole, samples),
+        share(cut, samples),
+        share(unnamed, java),
+        recording.index["java_walks"]
+    );
+    assert!(samples > 0, "no executor stage samples");
+    assert!(
+        share(unnamed, java) <= 5.0,
+        "{unnamed} of {java} Java frames in stage files are unnamed"
+    );
+    assert!(
+        share(whole, samples) >= 90.0,
+        "{whole} of {samples} stage samples reach Thread.run"
+    );
+    assert!(
+        share(cut, samples) <= 1.0,
+        "{cut} of {samples} stage samples are cut short"
+    );
 }
 
 /// The assertions: sparkprof's index entries `files` against the event

@@ -3,8 +3,9 @@
 Usage: spark_job.py MASTER_URL EVENT_LOG_DIR ROUNDS ROWS
 
 Two executors with one core each (standalone: spark.cores.max=2,
-spark.executor.cores=1), executor JVMs with -XX:+PreserveFramePointer, and
-the event log written as plain JSON lines into EVENT_LOG_DIR. Each round runs
+spark.executor.cores=1), executor JVMs as Spark runs them by default
+(without -XX:+PreserveFramePointer: sparkprof walks their Java frames
+itself), and the event log written as plain JSON lines into EVENT_LOG_DIR. Each round runs
 a join + groupBy (JVM-only stages), a pure-Python UDF (run by pyspark
 workers forked from each executor's pyspark.daemon) and an RDD with Python
 lambdas. The first stage is a single task, so one executor never runs it.
@@ -25,8 +26,6 @@ spark = (
     .config("spark.executor.cores", "1")
     .config("spark.cores.max", "2")
     .config("spark.executor.memory", "1g")
-    .config("spark.executor.extraJavaOptions", "-XX:+PreserveFramePointer")
-    .config("spark.driver.extraJavaOptions", "-XX:+PreserveFramePointer")
     # Start work only once both executors are up, so both run tasks.
     .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
     .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
