@@ -66,6 +66,12 @@ pub struct HotspotProcInfo {
     /// `CodeCache::_low_bound` / `_high_bound`: every heap lies within.
     pub code_low: u64,
     pub code_high: u64,
+    /// The template interpreter's code (`AbstractInterpreter::_code`'s
+    /// buffer): a pc there is an interpreted frame, no segment map walk
+    /// needed (the interpreter is one large blob, many segments long).
+    /// `0, 0` when unknown.
+    pub interpreter_low: u64,
+    pub interpreter_high: u64,
     pub heaps: [HotspotHeap; HOTSPOT_MAX_HEAPS],
     /// Heaps used in `heaps`.
     pub heap_count: u32,
@@ -113,9 +119,12 @@ pub struct HotspotFrame {
 /// than `perf_event_max_stack`, as Spark's task stacks are.
 pub const HOTSPOT_MAX_FRAMES: usize = 1024;
 /// Frames one run of the walker program steps before it tail-calls
-/// itself (the kernel allows 33 tail calls: 34 runs of this many frames
-/// cover [`HOTSPOT_MAX_FRAMES`]).
+/// itself (the kernel allows 33 tail calls, one of them to finish: 33
+/// runs of this many frames cover [`HOTSPOT_MAX_FRAMES`]).
 pub const HOTSPOT_FRAMES_PER_RUN: usize = 32;
+/// Slots of the walker's program array.
+pub const HOTSPOT_WALK_SLOT: u32 = 0;
+pub const HOTSPOT_FINISH_SLOT: u32 = 1;
 /// JVMs whose frames the kernel can walk at once.
 pub const MAX_HOTSPOT_PROCESSES: u32 = 1_024;
 /// Default entries of each HotSpot stack map (allocated as used).
@@ -488,7 +497,11 @@ pub mod names {
     /// The perf_event program that walks a JVM's user stack (tail-called
     /// by the sampler, and by itself every [`crate::HOTSPOT_FRAMES_PER_RUN`] frames).
     pub const PROGRAM_HOTSPOT_WALK: &str = "hotspot_walk";
-    /// `ProgramArray` of one entry: [`PROGRAM_HOTSPOT_WALK`].
+    /// The perf_event program that files a walked JVM stack and counts
+    /// the sample (tail-called by the walker when it is done).
+    pub const PROGRAM_HOTSPOT_FINISH: &str = "hotspot_finish";
+    /// `ProgramArray`: [`PROGRAM_HOTSPOT_WALK`] at [`crate::HOTSPOT_WALK_SLOT`],
+    /// [`PROGRAM_HOTSPOT_FINISH`] at [`crate::HOTSPOT_FINISH_SLOT`].
     pub const HOTSPOT_WALKER: &str = "HOTSPOT_WALKER";
     /// `HashMap<u32 tgid, HotspotProcInfo>`: JVMs whose frames are walked.
     pub const HOTSPOT_PROCS: &str = "HOTSPOT_PROCS";
@@ -627,7 +640,7 @@ mod tests {
     fn hotspot_records_have_no_padding() {
         assert_eq!(
             core::mem::size_of::<HotspotProcInfo>(),
-            2 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 6 * 4
+            4 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 6 * 4
         );
         assert_eq!(core::mem::size_of::<HotspotFrame>(), 16);
         assert_eq!(
@@ -635,8 +648,9 @@ mod tests {
             8 + 16 * HOTSPOT_MAX_FRAMES
         );
         assert_eq!(core::mem::offset_of!(HotspotStack, frames), 8);
-        // The walker's runs (the first and 33 tail calls) cover the depth.
-        const { assert!(34 * HOTSPOT_FRAMES_PER_RUN >= HOTSPOT_MAX_FRAMES) };
+        // The walker's runs (the first and 32 tail calls; the 33rd
+        // finishes) cover the depth.
+        const { assert!(33 * HOTSPOT_FRAMES_PER_RUN >= HOTSPOT_MAX_FRAMES) };
         // The walker indexes frames with a mask.
         const { assert!(HOTSPOT_MAX_FRAMES.is_power_of_two()) };
     }

@@ -40,8 +40,9 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use profiler_common::{
-    DEFAULT_HOTSPOT_STACK_ENTRIES, HOTSPOT_FRAMES_PER_RUN, HOTSPOT_MAX_FRAMES, HotspotFrame,
-    HotspotProcInfo, HotspotStack, MAX_HOTSPOT_PROCESSES, hotspot_frame, stat,
+    DEFAULT_HOTSPOT_STACK_ENTRIES, HOTSPOT_FINISH_SLOT, HOTSPOT_FRAMES_PER_RUN, HOTSPOT_MAX_FRAMES,
+    HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotStack, MAX_HOTSPOT_PROCESSES,
+    hotspot_frame, stat,
 };
 
 use crate::{
@@ -62,9 +63,9 @@ static HOTSPOT_STACKS_0: HashMap<u64, HotspotStack> =
 static HOTSPOT_STACKS_1: HashMap<u64, HotspotStack> =
     HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 
-/// Index 0: `hotspot_walk` (set by userspace).
+/// `hotspot_walk` and `hotspot_finish` (set by userspace).
 #[map]
-static HOTSPOT_WALKER: ProgramArray = ProgramArray::with_max_entries(1, 0);
+static HOTSPOT_WALKER: ProgramArray = ProgramArray::with_max_entries(2, 0);
 
 /// A walk in progress, carried from one run of the walker to the next.
 #[repr(C)]
@@ -88,11 +89,14 @@ struct Walk {
 #[map]
 static HOTSPOT_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
-/// Tail calls a walk makes at most (the kernel's limit).
-const MAX_TAIL_CALLS: u32 = 33;
-/// Steps back through a segment map before giving up (a block of 2 MiB
-/// of 128-byte segments needs 65 hops; compiled methods are far smaller).
-const MAX_SEGMAP_HOPS: usize = 16;
+/// Tail calls a walk makes at most to itself (the kernel allows 33: one
+/// is left to finish).
+const MAX_TAIL_CALLS: u32 = 32;
+/// Steps back through a segment map before giving up: a block of 254
+/// segments or fewer (32 KiB of 128-byte segments) needs one hop, and each
+/// 254 more one more; the interpreter, the one large blob, is known by its
+/// range instead.
+const MAX_SEGMAP_HOPS: usize = 8;
 /// `free_sentinel` in a segment map.
 const SEGMAP_FREE: u8 = 0xFF;
 /// No frame is larger than this (an interpreter or native frame pointer
@@ -147,43 +151,51 @@ pub fn walk_if_jvm(ctx: &PerfEventContext, tgid: u32, buffer: u32) {
     walk.stack.len = 0;
     walk.stack.truncated = 0;
     count_stat(stat::HOTSPOT_WALKS);
-    unsafe { HOTSPOT_WALKER.tail_call(ctx, 0) };
+    unsafe { HOTSPOT_WALKER.tail_call(ctx, HOTSPOT_WALK_SLOT) };
 }
 
-/// Steps up to `HOTSPOT_FRAMES_PER_RUN` frames, then runs again or files
-/// the stack and counts the sample.
+/// Steps up to `HOTSPOT_FRAMES_PER_RUN` frames, then runs again or hands
+/// over to `hotspot_finish`. (Two programs, so that the verifier checks
+/// the walk's loop without the counting after it.)
 #[perf_event]
 pub fn hotspot_walk(ctx: PerfEventContext) -> u32 {
     let Some(walk) = HOTSPOT_WALK.get_ptr_mut(0) else {
         return 0;
     };
     let walk = unsafe { &mut *walk };
-    let tgid = ctx.tgid();
-    let Some(info) = (unsafe { HOTSPOT_PROCS.get(&tgid) }) else {
+    if let Some(info) = unsafe { HOTSPOT_PROCS.get(&ctx.tgid()) } {
+        for _ in 0..HOTSPOT_FRAMES_PER_RUN {
+            if walk.done != 0 {
+                break;
+            }
+            step(info, walk);
+        }
+    } else {
         // Forgotten since the walk began (it exited): count what there is.
         walk.done = 1;
-        return finish(&ctx, walk, tgid);
-    };
-    for _ in 0..HOTSPOT_FRAMES_PER_RUN {
-        if walk.done != 0 {
-            break;
-        }
-        step(info, walk);
     }
     if walk.done == 0 {
         if walk.runs < MAX_TAIL_CALLS {
             walk.runs += 1;
-            unsafe { HOTSPOT_WALKER.tail_call(&ctx, 0) };
+            unsafe { HOTSPOT_WALKER.tail_call(&ctx, HOTSPOT_WALK_SLOT) };
         }
         // Out of runs: the stack is cut here.
         walk.stack.truncated = 1;
     }
-    finish(&ctx, walk, tgid)
+    unsafe { HOTSPOT_WALKER.tail_call(&ctx, HOTSPOT_FINISH_SLOT) };
+    // Only if the finishing program is missing: the sample counts with a
+    // frame-pointer walk.
+    count_sample(&ctx, walk.buffer, ctx.tgid(), 0, false);
+    0
 }
 
 /// Files the walked stack and counts the sample with it.
-#[inline(always)]
-fn finish(ctx: &PerfEventContext, walk: &mut Walk, tgid: u32) -> u32 {
+#[perf_event]
+pub fn hotspot_finish(ctx: PerfEventContext) -> u32 {
+    let Some(walk) = HOTSPOT_WALK.get_ptr_mut(0) else {
+        return 0;
+    };
+    let walk = unsafe { &mut *walk };
     let stack = if walk.stack.len == 0 {
         0
     } else {
@@ -197,7 +209,8 @@ fn finish(ctx: &PerfEventContext, walk: &mut Walk, tgid: u32) -> u32 {
         }
         .file(walk.hash ^ u64::from(walk.stack.truncated), &walk.stack)
     };
-    count_sample(ctx, walk.buffer, tgid, stack);
+    // A JVM: no Python frames to look for.
+    count_sample(&ctx, walk.buffer, ctx.tgid(), stack, false);
     0
 }
 
@@ -221,12 +234,17 @@ fn step(info: &HotspotProcInfo, walk: &mut Walk) {
         native_step(info, walk, leaf);
         return;
     }
-    let Some(blob) = code_blob(info, pc) else {
-        push(walk, len, hotspot_frame::CODE, pc, 0);
-        walk.done = 1;
-        return;
+    let interpreted = info.interpreter_low <= pc && pc < info.interpreter_high;
+    let (blob, name) = if interpreted {
+        (0, NAME_INTERPRETER)
+    } else {
+        let Some(blob) = code_blob(info, pc) else {
+            push(walk, len, hotspot_frame::CODE, pc, 0);
+            walk.done = 1;
+            return;
+        };
+        (blob, read_u64(read_u64(blob + u64::from(info.blob_name))))
     };
-    let name = read_u64(read_u64(blob + u64::from(info.blob_name)));
     if name == NAME_INTERPRETER {
         if !is_frame_pointer(sp, fp) {
             push(walk, len, hotspot_frame::CODE, pc, 0);

@@ -65,15 +65,22 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     // A registered JVM's stack is walked through its Java frames by
     // `hotspot_walk`, which counts the sample (this returns if it cannot).
     walk_if_jvm(&ctx, tgid, buffer);
-    count_sample(&ctx, buffer, tgid, 0);
+    count_sample(&ctx, buffer, tgid, 0, true);
     0
 }
 
 /// Counts a sample of the current thread in `buffer`: with its user stack
 /// from `HOTSPOT_STACKS` (`hotspot_stack`, the kernel's own frame-pointer
-/// walk when `0`), its kernel stack, name epoch, Python stack and comm.
+/// walk when `0`), its kernel stack, name epoch, Python stack (if `python`:
+/// the process may be a followed CPython) and comm.
 #[inline(always)]
-pub fn count_sample(ctx: &PerfEventContext, buffer: u32, tgid: u32, hotspot_stack: u64) {
+pub fn count_sample(
+    ctx: &PerfEventContext,
+    buffer: u32,
+    tgid: u32,
+    hotspot_stack: u64,
+    python: bool,
+) {
     let (counts, stacks) = if buffer == 0 {
         (&COUNTS_0, &STACKS_0)
     } else {
@@ -94,14 +101,18 @@ pub fn count_sample(ctx: &PerfEventContext, buffer: u32, tgid: u32, hotspot_stac
         kernel_stack_id,
         name_epoch: thread_epoch(tid),
         flags: 0,
-        python_stack: python_stack(
-            tgid,
-            tid,
-            &Pooled {
-                map: sample_stacks(buffer),
-                lost_stat: stat::PY_STACKS_LOST,
-            },
-        ),
+        python_stack: if python {
+            python_stack(
+                tgid,
+                tid,
+                &Pooled {
+                    map: sample_stacks(buffer),
+                    lost_stat: stat::PY_STACKS_LOST,
+                },
+            )
+        } else {
+            0
+        },
         hotspot_stack,
         comm,
     };

@@ -91,8 +91,23 @@ fn record_chains(jdk: &str, flags: &[&str], depth: u32, seconds: u32) -> (Record
 }
 
 /// The worker's samples in the hot method, and how many of them show the
-/// whole chain (with nothing cut).
+/// whole chain (with nothing cut). A method inlined into its caller's
+/// compiled code (`_[i]`) counts as the frame it is.
 fn chained(stacks: &[Stack]) -> (u64, u64) {
+    let stacks: Vec<Stack> = stacks
+        .iter()
+        .map(|s| Stack {
+            frames: s
+                .frames
+                .iter()
+                .map(|f| match f.strip_suffix("_[i]") {
+                    Some(name) => format!("{name}_[j]"),
+                    None => f.clone(),
+                })
+                .collect(),
+            count: s.count,
+        })
+        .collect();
     let hot: Vec<&Stack> = stacks
         .iter()
         .filter(|s| s.frames.get(1).is_some_and(|t| t == "chainworker-0"))
@@ -169,4 +184,143 @@ fn java_stacks_are_not_cut_at_perf_event_max_stack() {
         deepest > 300,
         "the deepest stack of the hot method has {deepest} frames"
     );
+}
+
+/// Where a JVM's libjvm.so is mapped (its first mapping) and its path.
+fn libjvm(pid: u32) -> (u64, String) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [range, _, "00000000", _, _, path] if path.ends_with("/libjvm.so") => {
+                    let start = range.split('-').next()?;
+                    Some((u64::from_str_radix(start, 16).ok()?, (*path).to_owned()))
+                }
+                _ => None,
+            }
+        })
+        .unwrap_or_else(|| panic!("no libjvm.so in /proc/{pid}/maps"))
+}
+
+/// The value of an exported symbol of `library` (`nm -D`, binutils).
+fn symbol(library: &str, name: &str) -> u64 {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only", library])
+        .output()
+        .expect("nm (binutils) is required");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            let value = fields.next()?;
+            (fields.nth(1)? == name).then(|| u64::from_str_radix(value, 16).ok())?
+        })
+        .unwrap_or_else(|| panic!("{name} not exported by {library}"))
+}
+
+/// Points a live JVM's `gHotSpotVMStructs` somewhere else: at the last
+/// three entries of its own table (a truncated table) or at its types
+/// table (garbage for a fields table). The JVM does not use the tables
+/// itself (debuggers do), so it runs on unharmed.
+fn corrupt_vmstructs(pid: u32, how: &str) {
+    use std::os::unix::fs::FileExt as _;
+    let (base, path) = libjvm(pid);
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .unwrap();
+    let read = |addr: u64| {
+        let mut word = [0u8; 8];
+        mem.read_exact_at(&mut word, addr).unwrap();
+        u64::from_le_bytes(word)
+    };
+    let pointer = base + symbol(&path, "gHotSpotVMStructs");
+    let table = read(pointer);
+    let replacement = match how {
+        "truncated" => {
+            let stride = read(base + symbol(&path, "gHotSpotVMStructEntryArrayStride"));
+            let type_name = read(base + symbol(&path, "gHotSpotVMStructEntryTypeNameOffset"));
+            let entries = (0..)
+                .take_while(|i| read(table + i * stride + type_name) != 0)
+                .count() as u64;
+            assert!(entries > 100, "{entries} VMStructs entries");
+            table + stride * (entries - 3)
+        }
+        "garbage" => read(base + symbol(&path, "gHotSpotVMTypes")),
+        _ => unreachable!(),
+    };
+    mem.write_all_at(&replacement.to_le_bytes(), pointer)
+        .unwrap();
+}
+
+#[rstest]
+fn unreadable_vmstructs_fall_back_to_frame_pointers(#[values("truncated", "garbage")] how: &str) {
+    require_root();
+    let classes = classes();
+    let jvm = Workload::start_ready(
+        &java_of("java-17-openjdk-amd64"),
+        &[
+            "-XX:+PreserveFramePointer",
+            "-cp",
+            &classes.path().display().to_string(),
+            "JavaChains",
+            "12",
+            "1",
+            "0",
+        ],
+        "ready",
+    );
+    let pid = jvm.pid();
+    corrupt_vmstructs(pid, how);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let recording = Recorder::start(&["--pid", &pid.to_string(), "--duration", "3"]).wait();
+    recording.assert_ok();
+    // Today's behaviour, and why, in index.json.
+    let walk = &recording.index["java_walks"][pid.to_string()];
+    assert_eq!(walk["walked"], false, "{how} tables were walked: {walk}");
+    let reason = walk["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("VMStructs"), "reason: {walk}");
+    // ... and in doctor.
+    let doctor = Command::new(sparkprof_tests::sparkprof_bin())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let doctor = String::from_utf8_lossy(&doctor.stdout);
+    let jvm_lines: Vec<&str> = doctor
+        .lines()
+        .skip_while(|l| !l.contains(&format!("pid {pid} ")))
+        .take(6)
+        .collect();
+    assert!(
+        jvm_lines
+            .iter()
+            .any(|l| l.contains("HotSpot structures: not readable: ") && l.contains("VMStructs")),
+        "{how}: {jvm_lines:#?}"
+    );
+    assert!(
+        jvm_lines[0]
+            .contains("-XX:+PreserveFramePointer: full Java stacks (by frame pointers only"),
+        "{}",
+        jvm_lines[0]
+    );
+    // The hot method is still named, from the perf map, by frame pointers.
+    let stacks = recording.stacks_of(pid);
+    let worker: u64 = stacks
+        .iter()
+        .filter(|s| s.frames.get(1).is_some_and(|t| t == "chainworker-0"))
+        .map(|s| s.count)
+        .sum();
+    let (hot, _) = chained(&stacks);
+    assert!(
+        worker > 100 && hot as f64 >= 0.8 * worker as f64,
+        "{hot} of {worker} worker samples name the hot method"
+    );
+    // The JVM never noticed.
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the JVM died"
+    );
+    drop(jvm);
 }

@@ -227,7 +227,10 @@ fn check_java_frames(recording: &sparkprof_tests::Recording, files: &[&Value], a
         for stack in recording.stacks(f) {
             samples += stack.count;
             for frame in &stack.frames {
-                if let Some(name) = frame.strip_suffix("_[j]") {
+                if let Some(name) = frame
+                    .strip_suffix("_[j]")
+                    .or_else(|| frame.strip_suffix("_[i]"))
+                {
                     java += stack.count;
                     if name == "Interpreter" || name.starts_with("[unknown") {
                         unnamed += stack.count;

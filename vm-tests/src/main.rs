@@ -199,7 +199,8 @@ fn load(report: &mut Report, pid: u32) -> (Option<Collector>, bool) {
             report.record(
                 "load",
                 Ok(format!(
-                    "every program loaded and attached in {:.2} s (sample_on_cpu on every CPU, \
+                    "every program loaded and attached in {:.2} s (sample_on_cpu on every CPU \
+                     with hotspot_walk and hotspot_finish in its tail-call slots, \
                      jvm_thread_name, task_rename, sched_switch, sched_process_exit)",
                     started.elapsed().as_secs_f64()
                 )),

@@ -27,7 +27,9 @@
 //!    per `sched_switch` run; the Spark job without and with `--off-cpu`.
 //! 7. Python frames (see [`python`]): a CPython workload's slowdown under
 //!    sparkprof and under py-spy at 99 Hz, interleaved; the in-kernel ns per
-//!    sample of sparkprof on Python against a native workload.
+//!    sample of sparkprof on Python, and on a JVM without frame pointers
+//!    (Java frames walked from HotSpot's structures), against a native
+//!    workload.
 //! 8. Many threads (see [`threads`]): start, stop and a busy loop's slowdown
 //!    of `record --off-cpu` beside a JVM and a CPython process with few and
 //!    with thousands of threads.
@@ -76,7 +78,7 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
            offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
-           python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python sample),
+           python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python and a Java sample),
            threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs);
            default: all";
 

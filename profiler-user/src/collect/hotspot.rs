@@ -13,7 +13,10 @@ use aya::{
     maps::{HashMap, MapData, ProgramArray},
     programs::PerfEvent,
 };
-use profiler_common::{HOTSPOT_MAX_FRAMES, HotspotFrame, HotspotProcInfo, HotspotStack, names};
+use profiler_common::{
+    HOTSPOT_FINISH_SLOT, HOTSPOT_MAX_FRAMES, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo,
+    HotspotStack, names,
+};
 use tracing::debug;
 
 use super::{CollectError, take_map};
@@ -48,25 +51,28 @@ pub struct HotspotMaps {
 }
 
 impl HotspotMaps {
-    /// Takes the maps and loads the walker into the sampler's tail-call slot.
+    /// Takes the maps and loads the walker's programs into the sampler's
+    /// tail-call slots.
     pub fn load(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
-        let program_error = |source| CollectError::Program {
-            name: names::PROGRAM_HOTSPOT_WALK,
-            source,
-        };
         let mut walker: ProgramArray<MapData> = take_map(ebpf, names::HOTSPOT_WALKER)?;
-        let program: &mut PerfEvent = ebpf
-            .program_mut(names::PROGRAM_HOTSPOT_WALK)
-            .ok_or(CollectError::MissingProgram(names::PROGRAM_HOTSPOT_WALK))?
-            .try_into()
-            .map_err(program_error)?;
-        program.load().map_err(program_error)?;
-        walker
-            .set(0, program.fd().map_err(program_error)?, 0)
-            .map_err(|source| CollectError::Map {
-                name: names::HOTSPOT_WALKER,
-                source,
-            })?;
+        for (slot, name) in [
+            (HOTSPOT_WALK_SLOT, names::PROGRAM_HOTSPOT_WALK),
+            (HOTSPOT_FINISH_SLOT, names::PROGRAM_HOTSPOT_FINISH),
+        ] {
+            let program_error = |source| CollectError::Program { name, source };
+            let program: &mut PerfEvent = ebpf
+                .program_mut(name)
+                .ok_or(CollectError::MissingProgram(name))?
+                .try_into()
+                .map_err(program_error)?;
+            program.load().map_err(program_error)?;
+            walker
+                .set(slot, program.fd().map_err(program_error)?, 0)
+                .map_err(|source| CollectError::Map {
+                    name: names::HOTSPOT_WALKER,
+                    source,
+                })?;
+        }
         Ok(Self {
             _walker: walker,
             processes: take_map(ebpf, names::HOTSPOT_PROCS)?,

@@ -178,12 +178,13 @@ impl RuntimeFrames for Runtimes {
         self.python.interpreter_frames(pid, stack, native)
     }
 
-    fn recorded_frame(
+    fn recorded_frames(
         &mut self,
         process: &ProcessInfo,
         frame: &HotspotFrame,
+        leaf: bool,
         count: u64,
-    ) -> Option<Frame> {
-        self.jvm.recorded_frame(process, frame, count)
+    ) -> Option<Vec<Frame>> {
+        self.jvm.recorded_frames(process, frame, leaf, count)
     }
 }

@@ -32,6 +32,8 @@ pub enum FrameKind {
     Kernel,
     /// JIT-compiled code of a runtime, e.g. a Java method (rendered `_[j]`).
     Jit,
+    /// A Java method inlined into its caller's compiled code (rendered `_[i]`).
+    Inlined,
     /// A Python function, `function (file.py:line)` (rendered as is).
     Python,
     /// Not code: a marker such as `[truncated]` or `[user stack lost]`.
@@ -109,15 +111,17 @@ pub trait RuntimeFrames {
         stack: &RawPythonStack,
         native: Vec<Frame>,
     ) -> Vec<Frame>;
-    /// The frame a runtime's own record in a kernel-walked stack stands
-    /// for (a Java frame of a JVM stack); `None` for a native frame, which
-    /// is named like any other user address.
-    fn recorded_frame(
+    /// The frames a runtime's own record in a kernel-walked stack stands
+    /// for, root first (a Java frame of a JVM stack, with the methods
+    /// inlined into it); `None` for a native frame, which is named like
+    /// any other user address. `leaf`: the stack's first frame.
+    fn recorded_frames(
         &mut self,
         process: &ProcessInfo,
         frame: &HotspotFrame,
+        leaf: bool,
         count: u64,
-    ) -> Option<Frame>;
+    ) -> Option<Vec<Frame>>;
 }
 
 /// The symbolize stage and its caches.
@@ -324,8 +328,8 @@ impl Symbolizer {
                 Some(_) => {}
                 None => frames.extend(
                     runtime
-                        .recorded_frame(process, frame, count)
-                        .or_else(|| Some(Frame::new("[unknown]", FrameKind::Jit))),
+                        .recorded_frames(process, frame, index == 0, count)
+                        .unwrap_or_else(|| vec![Frame::new("[unknown]", FrameKind::Jit)]),
                 ),
             }
         }

@@ -55,6 +55,7 @@ pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
         match frame.kind {
             FrameKind::Kernel => line.push_str("_[k]"),
             FrameKind::Jit => line.push_str("_[j]"),
+            FrameKind::Inlined => line.push_str("_[i]"),
             FrameKind::User | FrameKind::Python | FrameKind::Marker => {}
         }
     }

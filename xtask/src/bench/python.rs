@@ -57,6 +57,11 @@ const KERNEL_WINDOW: Duration = Duration::from_millis(2500);
 /// Python workload processes in the in-kernel rounds: one per CPU of the
 /// reference host, as the C workload has two threads.
 const KERNEL_PYTHONS: usize = 2;
+/// Recursive Java frames of the Java workload's threads (about as deep
+/// as a Spark task thread's stack, ~70 frames in all).
+const JAVA_DEPTH: u32 = 40;
+/// The Java workload, relative to the workspace root.
+const JAVA_SOURCE: &str = "tests/workloads/JavaChains.java";
 /// Between a profiler's readiness and the go line.
 const SETTLE: Duration = Duration::from_millis(200);
 /// The workload's call chain, root first.
@@ -115,6 +120,9 @@ fn chained(result: &ProfilerResult) -> (u64, u64) {
 pub enum Workload {
     /// [`KERNEL_PYTHONS`] processes of the Python workload.
     Python,
+    /// A JVM without frame pointers, two threads deep in Java code
+    /// (`tests/workloads/JavaChains.java`): the kernel walks its Java frames.
+    Java,
     /// The bench's C workload, two threads.
     Native,
 }
@@ -125,6 +133,10 @@ impl Workload {
             Workload::Python => {
                 format!("Python ({KERNEL_PYTHONS} × `pywork.py`, CPython 3.12)")
             }
+            Workload::Java => format!(
+                "Java (`JavaChains.java`, JDK 17 without `-XX:+PreserveFramePointer`, 2 threads, \
+                 {JAVA_DEPTH} recursive frames)"
+            ),
             Workload::Native => "native (`workload.c`, 2 threads)".to_owned(),
         }
     }
@@ -243,11 +255,21 @@ pub fn measure(bench: &Bench, runs: usize) -> Result<PythonReport> {
     } else {
         bench.workload.clone()
     };
+    let java_classes = dir.join("java");
+    fs::create_dir_all(&java_classes)?;
+    crate::run_cmd(
+        Command::new("javac")
+            .arg("-d")
+            .arg(&java_classes)
+            .arg(workspace_root().join(JAVA_SOURCE)),
+    )
+    .context("compiling the Java workload (needs a JDK 17+: javac)")?;
     let harness = Harness {
         sparkprof: &bench.sparkprof,
         py_spy: &py_spy,
         python,
         script: workspace_root().join(SCRIPT),
+        java_classes: &java_classes,
         dir: &dir,
     };
     wait_for_quiet_host()?;
@@ -319,6 +341,7 @@ struct Harness<'a> {
     py_spy: &'a Path,
     python: &'a Path,
     script: PathBuf,
+    java_classes: &'a Path,
     dir: &'a Path,
 }
 
@@ -402,13 +425,13 @@ impl Harness<'_> {
         Ok(dir)
     }
 
-    /// In-kernel ns per sample on the Python and the native workload, in
-    /// A B B A A B order.
+    /// In-kernel ns per sample on the Python, Java and native workloads,
+    /// in A B C, C B A, A B C order.
     fn kernel_cost(&self, native: &Path, repeated: &mut Vec<String>) -> Result<Vec<KernelRound>> {
         let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;
         let mut rounds = Vec::new();
         for round in 0..KERNEL_ROUNDS {
-            let mut order = [Workload::Python, Workload::Native];
+            let mut order = [Workload::Python, Workload::Java, Workload::Native];
             if round % 2 == 1 {
                 order.reverse();
             }
@@ -432,6 +455,23 @@ impl Harness<'_> {
         // Whichever runs, it is killed when this round ends.
         let (mut pythons, mut background) = (Vec::new(), None);
         let pids: Vec<u32> = match workload {
+            Workload::Java => {
+                let seconds = (WARM_UP + KERNEL_WINDOW).as_secs() + 30;
+                let jvm = Command::new("java")
+                    .arg("-cp")
+                    .arg(self.java_classes)
+                    .args([
+                        "JavaChains",
+                        &seconds.to_string(),
+                        "2",
+                        &JAVA_DEPTH.to_string(),
+                    ])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .context("starting the Java workload")?;
+                let load = background.insert(Background(jvm));
+                vec![load.0.id()]
+            }
             Workload::Python => {
                 for _ in 0..KERNEL_PYTHONS {
                     pythons.push(PyWork::start(self.python, &self.script, 0)?);
@@ -592,7 +632,7 @@ impl PythonReport {
         let runs = self.profilers.first().map_or(0, |p| p.pairs.len());
         let chain = CHAIN.join(" → ");
         let mut text = format!(
-            "### 7. Python frames (a CPython workload under sparkprof and under py-spy; in-kernel cost of a Python sample)\n\n\
+            "### 7. Python frames (a CPython workload under sparkprof and under py-spy; in-kernel cost of a Python and a Java sample)\n\n\
              **7.1 Slowdown.** `{SCRIPT}` under {}: one thread, {ROUNDS} rounds of integer \
              work under `{chain}`; {runs} interleaved pair(s) without and with each of: \
              `sparkprof record --pid PID` ({RATE_HZ} Hz, following the Python frames) and \
@@ -684,12 +724,16 @@ impl PythonReport {
 
     fn kernel_markdown(&self) -> String {
         let mut text = format!(
-            "\n**7.2 In-kernel cost of a Python sample.** With `kernel.bpf_stats_enabled=1` \
+            "\n**7.2 In-kernel cost of a Python and a Java sample.** With `kernel.bpf_stats_enabled=1` \
              (restored afterwards), `sparkprof record --frequency {KERNEL_HZ} --pid ...` on \
              {KERNEL_PYTHONS} processes of the Python workload (both CPUs busy in `{chain}`; \
-             sparkprof walks the interpreter's frame chain at each sample) and on the C \
+             sparkprof walks the interpreter's frame chain at each sample), on a JVM without \
+             frame pointers whose two threads spin under {JAVA_DEPTH} recursive Java frames \
+             (the tests' `JavaChains`; sparkprof walks its Java frames from HotSpot's \
+             structures; the `hotspot_walk` program it tail-calls is timed within the \
+             sampler's run) and on the C \
              workload of section 1 (two threads under a 12-deep native chain), started afresh \
-             for each round, {KERNEL_ROUNDS} rounds each in A B B A A B order: `run_time_ns` \
+             for each round, {KERNEL_ROUNDS} rounds each in A B C, C B A, A B C order: `run_time_ns` \
              and `run_cnt` of its perf_event programs (`/proc/PID/fdinfo`) after a {:.0} s \
              warm-up and {:.1} s later. Those count every run of the program, also on samples \
              of other processes (dropped early in the program) and of idle CPUs: *of the \
@@ -722,10 +766,16 @@ impl PythonReport {
         };
         let native = per_workload(Workload::Native);
         let python = per_workload(Workload::Python);
+        let java = per_workload(Workload::Java);
         let mut low_shares = Vec::new();
-        for (workload, (rounds, samples, ns, _)) in
-            [(Workload::Python, &python), (Workload::Native, &native)]
-        {
+        for (workload, (rounds, samples, ns, _)) in [
+            (Workload::Python, &python),
+            (Workload::Java, &java),
+            (Workload::Native, &native),
+        ] {
+            if rounds.is_empty() {
+                continue;
+            }
             let programs = rounds.iter().map(|r| r.programs).max().unwrap_or(0);
             let recorded: u64 = rounds.iter().map(|r| r.recorded).sum();
             let watched: u64 = rounds.iter().map(|r| r.watched).sum();
@@ -744,19 +794,25 @@ impl PythonReport {
                 ns / native.2
             );
         }
-        let ((p_low, p_high), (n_low, n_high)) = (python.3, native.3);
-        let overlap = if p_low <= n_high && n_low <= p_high {
-            "they overlap, so the difference is within the round-to-round noise"
-        } else {
-            "they do not overlap"
-        };
-        text += &format!(
-            "\nA Python sample costs {:.2} × a native one in the kernel ({:+.0} ns). Rounds: \
-             Python {p_low:.0}–{p_high:.0} ns, native {n_low:.0}–{n_high:.0} ns per sample; \
-             {overlap}.\n",
-            python.2 / native.2,
-            python.2 - native.2
-        );
+        let (n_low, n_high) = native.3;
+        for (name, measured) in [("Python", &python), ("Java", &java)] {
+            if measured.0.is_empty() {
+                continue;
+            }
+            let (low, high) = measured.3;
+            let overlap = if low <= n_high && n_low <= high {
+                "they overlap, so the difference is within the round-to-round noise"
+            } else {
+                "they do not overlap"
+            };
+            text += &format!(
+                "\nA {name} sample costs {:.2} × a native one in the kernel ({:+.0} ns). Rounds: \
+                 {name} {low:.0}–{high:.0} ns, native {n_low:.0}–{n_high:.0} ns per sample; \
+                 {overlap}.\n",
+                measured.2 / native.2,
+                measured.2 - native.2
+            );
+        }
         if !low_shares.is_empty() {
             text += &format!(
                 "\n**Caution:** of the workload below {WATCHED_FLOOR_PERCENT} % ({}): many \

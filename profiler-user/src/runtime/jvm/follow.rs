@@ -151,28 +151,40 @@ impl JvmRuntime {
         self.walkers.insert(pid, walker);
     }
 
-    /// The frames a walked JVM's stack frame stands for (the Java method,
-    /// or the VM stub), or `None` for a native frame.
-    fn walked_frame(
+    /// The frames a walked JVM's stack frame stands for (the Java method
+    /// and those inlined into it, root first, or the VM stub), or `None`
+    /// for a native frame.
+    fn walked_frames(
         &mut self,
         process: &ProcessInfo,
         frame: &HotspotFrame,
+        leaf: bool,
         count: u64,
-    ) -> Option<Frame> {
+    ) -> Option<Vec<Frame>> {
         let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
             return None;
         };
-        let name = match walked.name(frame) {
+        let methods = match walked.name(frame, leaf) {
             RecordedName::NotJava => return None,
-            RecordedName::Java(name) => Some(name),
+            RecordedName::Java(methods) => Some(methods),
             RecordedName::Unknown => None,
         };
         if count > 0 {
-            self.jit.count_walked_frame(name.is_some(), count);
+            self.jit.count_walked_frame(methods.is_some(), count);
         }
-        Some(Frame {
-            name: name.unwrap_or_else(|| "[unknown]".into()),
-            kind: FrameKind::Jit,
+        Some(match methods {
+            Some(methods) => methods
+                .iter()
+                .map(|method| Frame {
+                    name: method.name.clone(),
+                    kind: if method.inlined {
+                        FrameKind::Inlined
+                    } else {
+                        FrameKind::Jit
+                    },
+                })
+                .collect(),
+            None => vec![Frame::new("[unknown]", FrameKind::Jit)],
         })
     }
 }
@@ -284,12 +296,13 @@ impl RuntimeFrames for JvmRuntime {
         native
     }
 
-    fn recorded_frame(
+    fn recorded_frames(
         &mut self,
         process: &ProcessInfo,
         frame: &HotspotFrame,
+        leaf: bool,
         count: u64,
-    ) -> Option<Frame> {
-        self.walked_frame(process, frame, count)
+    ) -> Option<Vec<Frame>> {
+        self.walked_frames(process, frame, leaf, count)
     }
 }

@@ -187,12 +187,13 @@ impl RuntimeFrames for PythonRuntime {
     }
 
     /// No Python frame is recorded in a kernel-walked JVM stack.
-    fn recorded_frame(
+    fn recorded_frames(
         &mut self,
         _: &ProcessInfo,
         _: &profiler_common::HotspotFrame,
+        _: bool,
         _: u64,
-    ) -> Option<Frame> {
+    ) -> Option<Vec<Frame>> {
         None
     }
 }

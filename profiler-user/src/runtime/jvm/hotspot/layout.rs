@@ -16,6 +16,15 @@ pub enum CodeBegin {
     Offset(u64),
 }
 
+/// Where the template interpreter's code is: `AbstractInterpreter::_code`
+/// (a `StubQueue*`), its `_stub_buffer` (start) and `_buffer_limit` (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterCode {
+    pub code: u64,
+    pub stub_buffer: u64,
+    pub buffer_limit: u64,
+}
+
 /// A method's bytecodes: its `ConstMethod`, which they follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bytecodes {
@@ -68,6 +77,9 @@ pub struct HotspotLayout {
     pub klass_name: u64,
     pub symbol_length: u64,
     pub symbol_body: u64,
+    /// The interpreter's code, where the tables say (else the kernel finds
+    /// interpreted frames through the segment map, more slowly).
+    pub interpreter: Option<InterpreterCode>,
 }
 
 impl HotspotLayout {
@@ -141,6 +153,13 @@ impl HotspotLayout {
             klass_name: offset("Klass", "_name")?,
             symbol_length: offset("Symbol", "_length")?,
             symbol_body: offset("Symbol", "_body")?,
+            interpreter: (|| {
+                Some(InterpreterCode {
+                    code: tables.address("AbstractInterpreter", "_code")?,
+                    stub_buffer: tables.offset("StubQueue", "_stub_buffer")?,
+                    buffer_limit: tables.offset("StubQueue", "_buffer_limit")?,
+                })
+            })(),
         };
         layout.check()?;
         Ok(layout)

@@ -102,7 +102,9 @@ pub fn line_at(table: &[u8], target: u32, excluded: u8) -> Option<u32> {
     }
 }
 
-fn unsigned5(bytes: &mut impl Iterator<Item = u8>, excluded: u8) -> Option<u32> {
+/// One UNSIGNED5 number (HotSpot's `unsigned5.hpp`), with byte values
+/// below `excluded` not in use.
+pub(super) fn unsigned5(bytes: &mut impl Iterator<Item = u8>, excluded: u8) -> Option<u32> {
     const L: u32 = 192;
     let mut sum = 0u32;
     for shift in (0..30).step_by(6) {

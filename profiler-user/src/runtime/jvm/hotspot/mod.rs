@@ -12,6 +12,7 @@
 //! why (and the JVM keeps today's perf-map naming), never a wrong frame.
 
 pub mod code_cache;
+pub mod inlining;
 pub mod layout;
 pub mod libjvm;
 pub mod lines;

@@ -16,9 +16,11 @@ use profiler_common::{
 
 use super::{
     HotspotError,
-    code_cache::{BlobKind, CodeCache},
+    code_cache::{BlobKind, CodeBlob, CodeCache},
+    inlining::InliningLayout,
     layout::{CodeBegin, HotspotLayout},
     libjvm,
+    lines::LineLayout,
     names::method_name,
     vmstructs::VmStructs,
 };
@@ -35,12 +37,26 @@ pub enum RecordedName {
     /// A native frame (or a code-cache pc in no blob): the native and JIT
     /// symbolizers name it.
     NotJava,
-    /// A Java method (`pkg.Class.method`) or a VM stub (HotSpot's name).
-    Java(Arc<str>),
+    /// Java methods (`pkg.Class.method`, root first: a compiled frame
+    /// with the methods inlined into it after its own) or a VM stub
+    /// (HotSpot's name).
+    Java(Arc<[JavaMethod]>),
     /// A Java frame whose method can no longer be read (its class
     /// unloaded, its compiled code freed since the sample).
     Unknown,
 }
+
+/// One Java method of a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JavaMethod {
+    pub name: Arc<str>,
+    /// Inlined into its caller's compiled code.
+    pub inlined: bool,
+}
+
+/// The methods at a compiled (or stub) pc, and the compile id of the blob
+/// they were read from (0 for a stub).
+type CodeAt = (u32, Arc<[JavaMethod]>);
 
 /// What a JVM's code cache holds (for `doctor`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +67,8 @@ pub struct Census {
     /// Compiled Java methods, and how many of them were named.
     pub compiled: usize,
     pub named: usize,
+    /// Why inlined methods cannot be shown, if they cannot.
+    pub inlining: Option<String>,
 }
 
 /// A JVM whose structures were read.
@@ -58,10 +76,12 @@ pub struct HotspotProcess {
     memory: Memory,
     layout: HotspotLayout,
     cache: CodeCache,
+    /// How to find the methods inlined at a compiled pc (or why not).
+    inlining: Result<InliningLayout, String>,
     /// `Method*` → its name (`None`: not a readable method).
     methods: HashMap<u64, Option<Arc<str>>>,
-    /// Compiled or stub pc → (compile id, name) of the blob there.
-    code: HashMap<u64, Option<(u32, Arc<str>)>>,
+    /// (compiled or stub pc, leaf) → what the blob there is.
+    code: HashMap<(u64, bool), CodeAt>,
 }
 
 impl HotspotProcess {
@@ -72,10 +92,14 @@ impl HotspotProcess {
         let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid)?)?;
         let layout = HotspotLayout::from_tables(&tables)?;
         let cache = CodeCache::read(&memory, &layout)?;
+        let inlining = LineLayout::from_tables(&memory, &tables)
+            .and_then(|lines| InliningLayout::from_tables(&tables, lines.unsigned5_excluded))
+            .map_err(|err| err.to_string());
         Ok(Self {
             memory,
             layout,
             cache,
+            inlining,
             methods: HashMap::new(),
             code: HashMap::new(),
         })
@@ -101,6 +125,7 @@ impl HotspotProcess {
             heaps: self.cache.heaps.len(),
             compiled: compiled.len(),
             named,
+            inlining: self.inlining.as_ref().err().cloned(),
         }
     }
 
@@ -125,6 +150,14 @@ impl HotspotProcess {
             nmethod_compile_id: small(self.layout.nmethod_compile_id)?,
             ..HotspotProcInfo::default()
         };
+        if let Some((low, high)) = self.interpreter()? {
+            if low < code_low || high > code_high || low >= high {
+                return Err(HotspotError::Garbage(format!(
+                    "the interpreter's code {low:#x}-{high:#x} is outside the code cache"
+                )));
+            }
+            (info.interpreter_low, info.interpreter_high) = (low, high);
+        }
         for (slot, heap) in info.heaps.iter_mut().zip(&self.cache.heaps) {
             if heap.log2_segment_size != info.log2_segment_size
                 || heap.low < code_low
@@ -144,16 +177,36 @@ impl HotspotProcess {
         Ok(info)
     }
 
-    /// The name of a frame the kernel recorded.
-    pub fn name(&mut self, frame: &HotspotFrame) -> RecordedName {
-        let name = match frame.kind {
-            hotspot_frame::INTERPRETED => self.method(frame.address),
+    /// The template interpreter's code range, where the tables say.
+    fn interpreter(&self) -> Result<Option<(u64, u64)>, HotspotError> {
+        let Some(code) = self.layout.interpreter else {
+            return Ok(None);
+        };
+        let queue = self.memory.read_u64(code.code)?;
+        if queue == 0 {
+            return Err(HotspotError::NotReady("AbstractInterpreter::_code is NULL"));
+        }
+        let low = self.memory.read_u64(queue + code.stub_buffer)?;
+        let size = self.memory.read_u32(queue + code.buffer_limit)?;
+        Ok(Some((low, low + u64::from(size))))
+    }
+
+    /// The name of a frame the kernel recorded; `leaf`: the first of its
+    /// stack (its pc is where the thread was, not a return address).
+    pub fn name(&mut self, frame: &HotspotFrame, leaf: bool) -> RecordedName {
+        let methods = match frame.kind {
+            hotspot_frame::INTERPRETED => self.method(frame.address).map(|name| {
+                Arc::from([JavaMethod {
+                    name,
+                    inlined: false,
+                }])
+            }),
             hotspot_frame::COMPILED | hotspot_frame::STUB => {
-                self.code(frame.address, frame.kind, frame.data)
+                self.code(frame.address, frame.kind, frame.data, leaf)
             }
             _ => return RecordedName::NotJava,
         };
-        name.map_or(RecordedName::Unknown, RecordedName::Java)
+        methods.map_or(RecordedName::Unknown, RecordedName::Java)
     }
 
     fn method(&mut self, method: u64) -> Option<Arc<str>> {
@@ -170,35 +223,75 @@ impl HotspotProcess {
         name
     }
 
-    fn code(&mut self, pc: u64, kind: u32, compile_id: u32) -> Option<Arc<str>> {
+    fn code(
+        &mut self,
+        pc: u64,
+        kind: u32,
+        compile_id: u32,
+        leaf: bool,
+    ) -> Option<Arc<[JavaMethod]>> {
         let wanted = if kind == hotspot_frame::COMPILED {
             compile_id
         } else {
             0
         };
-        if let Some(Some((id, name))) = self.code.get(&pc)
+        if let Some((id, methods)) = self.code.get(&(pc, leaf))
             && *id == wanted
         {
-            return Some(name.clone());
+            return Some(methods.clone());
         }
         if self.code.len() >= MAX_CACHED {
             self.code.clear();
         }
         let blob = self.cache.blob_at(&self.memory, &self.layout, pc)?;
-        let found = match blob.kind {
+        let methods: Arc<[JavaMethod]> = match blob.kind {
             BlobKind::Nmethod | BlobKind::NativeNmethod => {
                 if blob.compile_id != compile_id {
                     // Freed and reused since it was sampled.
                     return None;
                 }
-                let name = self.method(blob.method)?;
-                (blob.compile_id, name)
+                self.compiled(&blob, pc, leaf)?
             }
-            BlobKind::Stub(name) => (0, Arc::from(name)),
-            BlobKind::Interpreter => (0, Arc::from("Interpreter")),
+            BlobKind::Stub(name) => Arc::from([JavaMethod {
+                name: Arc::from(name),
+                inlined: false,
+            }]),
+            BlobKind::Interpreter => return None,
         };
-        self.code.insert(pc, Some(found.clone()));
-        (found.0 == wanted).then_some(found.1)
+        self.code
+            .insert((pc, leaf), (blob.compile_id, methods.clone()));
+        (blob.compile_id == wanted).then_some(methods)
+    }
+
+    /// The methods of a compiled frame, root first: its own, then those
+    /// inlined into it down to the one at `pc` (where the debug info says).
+    fn compiled(&mut self, blob: &CodeBlob, pc: u64, leaf: bool) -> Option<Arc<[JavaMethod]>> {
+        let own = self.method(blob.method)?;
+        let inlined = self.inlining.as_ref().ok().and_then(|inlining| {
+            inlining.methods_at(
+                &self.memory,
+                blob.address,
+                pc.wrapping_sub(blob.code_begin) as i64,
+                leaf,
+            )
+        });
+        let Some(mut chain) = inlined.filter(|chain| chain.last() == Some(&blob.method)) else {
+            return Some(Arc::from([JavaMethod {
+                name: own,
+                inlined: false,
+            }]));
+        };
+        chain.reverse();
+        let mut methods = Vec::with_capacity(chain.len());
+        for (depth, method) in chain.into_iter().enumerate() {
+            methods.push(JavaMethod {
+                name: self
+                    .method(method)
+                    .unwrap_or_else(|| Arc::from("[unknown]")),
+                inlined: depth > 0,
+            });
+        }
+        Some(methods.into())
     }
 }
 
