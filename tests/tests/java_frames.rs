@@ -144,6 +144,13 @@ fn assert_walked(recording: &Recording, pid: u32) {
 fn hot_methods_chain_to_thread_run(#[case] jdk: &str, #[case] flags: &[&str]) {
     let (recording, pid) = record_chains(jdk, flags, 0, 3);
     assert_walked(&recording, pid);
+    // Nothing asked of the JVM: no attach, no perf map.
+    assert_eq!(
+        recording.index["jit"]["perf_map_dumps"], 0,
+        "{}",
+        recording.index["jit"]
+    );
+    assert!(!Path::new(&format!("/tmp/perf-{pid}.map")).exists());
     let (hot, whole) = chained(&recording.stacks_of(pid));
     assert!(
         hot >= 100,

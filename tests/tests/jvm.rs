@@ -2,6 +2,11 @@
 //! JVMs write (HotSpot attach), in a private mount namespace too; hostile
 //! maps are refused; a JVM that cannot or will not be attached to is never
 //! harmed.
+//!
+//! Perf maps are the fallback for JVMs whose own structures sparkprof
+//! cannot read (their Java frames are otherwise walked and named from
+//! HotSpot's structures, see java_frames.rs): these tests force it with
+//! `--no-java-walk`.
 
 use std::{
     io::{BufRead, BufReader},
@@ -144,7 +149,7 @@ fn hot_java_methods_are_named_without_any_preparation() {
     let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
     assert!(!map.exists(), "no perf map on disk beforehand");
     let pid = jvm.pid.to_string();
-    let recording = Recorder::start(&["--duration", "5", "--pid", &pid]).wait();
+    let recording = Recorder::start(&["--no-java-walk", "--duration", "5", "--pid", &pid]).wait();
     recording.assert_ok();
     let (share, total) = hot_share(&recording, jvm.pid);
     assert!(total > 300, "the worker was sampled ({total})");
@@ -167,7 +172,7 @@ fn hot_java_methods_are_named_without_any_preparation() {
 fn a_jvm_with_a_private_tmp_is_named_through_proc_root() {
     let mut jvm = TestJvm::start(&["-XX:+PreserveFramePointer"], 30, true);
     let pid = jvm.pid.to_string();
-    let recording = Recorder::start(&["--duration", "5", "--pid", &pid]).wait();
+    let recording = Recorder::start(&["--no-java-walk", "--duration", "5", "--pid", &pid]).wait();
     recording.assert_ok();
     let (share, total) = hot_share(&recording, jvm.pid);
     assert!(total > 300, "the worker was sampled ({total})");
@@ -190,7 +195,7 @@ fn jvms_that_refuse_or_vanish_are_never_harmed() {
     let mut reduced = TestJvm::start(&["-Xrs", "-XX:+PreserveFramePointer"], 30, false);
     // Exits while the recording (and maybe an attach) is under way.
     let mut short = TestJvm::start(&["-XX:+PreserveFramePointer"], 3, false);
-    let recording = Recorder::start(&["--duration", "4"]).wait();
+    let recording = Recorder::start(&["--no-java-walk", "--duration", "4"]).wait();
     recording.assert_ok();
     assert!(reduced.alive(), "the -Xrs JVM is alive:\n{}", recording.log);
     assert!(!recording.log.contains("panicked"), "{}", recording.log);
@@ -217,7 +222,7 @@ fn planted_perf_maps_are_refused() {
     std::fs::write(&map, planted).unwrap();
     std::os::unix::fs::chown(&map, Some(65534), Some(65534)).unwrap();
     let pid = jvm.pid.to_string();
-    let recording = Recorder::start(&["--duration", "2", "--pid", &pid]).wait();
+    let recording = Recorder::start(&["--no-java-walk", "--duration", "2", "--pid", &pid]).wait();
     recording.assert_ok();
     let stacks = recording.stacks_of(jvm.pid);
     assert!(!stacks.is_empty());
@@ -238,7 +243,7 @@ fn planted_perf_maps_are_refused() {
     let target = dir.path().join("target.map");
     std::fs::write(&target, planted).unwrap();
     symlink(&target, &map).unwrap();
-    let recording = Recorder::start(&["--duration", "2", "--pid", &pid]).wait();
+    let recording = Recorder::start(&["--no-java-walk", "--duration", "2", "--pid", &pid]).wait();
     recording.assert_ok();
     let stacks = recording.stacks_of(jvm.pid);
     assert!(
@@ -264,7 +269,7 @@ fn sighup_writes_the_recording_and_restores_the_host() {
     let mut jvm = TestJvm::start(&["-XX:+PreserveFramePointer"], 30, false);
     let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
     let pid = jvm.pid.to_string();
-    let recorder = Recorder::start(&["--pid", &pid, "--max-stack-depth", "300"]);
+    let recorder = Recorder::start(&["--no-java-walk", "--pid", &pid, "--max-stack-depth", "300"]);
     assert_eq!(read_sysctl("kernel/perf_event_max_stack"), "300");
     // Until the map sparkprof asked for is there.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -312,7 +317,7 @@ fn a_fifo_at_the_perf_map_path_is_never_written_through() {
     );
     let pid = jvm.pid.to_string();
     let started = Instant::now();
-    let recording = Recorder::start(&["--duration", "3", "--pid", &pid]).wait();
+    let recording = Recorder::start(&["--no-java-walk", "--duration", "3", "--pid", &pid]).wait();
     let took = started.elapsed();
     recording.assert_ok();
     assert!(

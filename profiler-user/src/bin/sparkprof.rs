@@ -65,6 +65,12 @@ struct RecordArgs {
     /// Never attach to JVMs; name JIT frames only from perf maps already there.
     #[arg(long)]
     no_jvm_attach: bool,
+    /// Do not walk Java frames from HotSpot's own structures: walk JVM stacks by
+    /// frame pointers and name JIT frames from perf maps, as for a JVM whose
+    /// structures cannot be read (Java stacks are then cut short without
+    /// -XX:+PreserveFramePointer).
+    #[arg(long)]
+    no_java_walk: bool,
     /// Keep the perf maps sparkprof caused JVMs to write (default: removed at the end).
     #[arg(long)]
     keep_perf_maps: bool,
@@ -181,6 +187,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
                 ..JitOptions::default()
             },
             rename_uprobe: args.thread_names == ThreadNames::Auto,
+            walk: !args.no_java_walk,
         },
         write: WriteOptions {
             task_frames: args.task_frames,

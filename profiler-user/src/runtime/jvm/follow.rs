@@ -69,6 +69,8 @@ pub struct JvmRuntime {
     batches: Vec<JitBatch>,
     /// JVMs whose compiler threads were sampled in this drain.
     compiling: HashSet<u32>,
+    /// Walk Java frames from HotSpot's structures (else `--no-java-walk`).
+    walk: bool,
     final_pass: bool,
 }
 
@@ -82,6 +84,7 @@ impl JvmRuntime {
             names: JvmThreadNames::new(options.rename_uprobe, dumps),
             jit: JitSymbolizer::new(options.jit),
             walkers: BTreeMap::new(),
+            walk: options.walk,
             walks: BTreeMap::new(),
             jit_addrs: HashSet::new(),
             batches: Vec::new(),
@@ -108,6 +111,18 @@ impl JvmRuntime {
     /// Reads what the kernel's walker needs from JVM `pid` and hands it
     /// over; a JVM not initialised yet is tried again next drain.
     fn try_walk(&mut self, pid: u32, collector: &mut Collector) {
+        if !self.walk {
+            self.walks.insert(
+                pid,
+                JavaWalk {
+                    walked: false,
+                    reason: Some("--no-java-walk".into()),
+                },
+            );
+            self.walkers
+                .insert(pid, Walker::FramePointers("--no-java-walk".into()));
+            return;
+        }
         let attempt = HotspotProcess::read(pid)
             .and_then(|process| Ok((process.proc_info()?, process)))
             .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
@@ -264,6 +279,14 @@ impl RuntimeFrames for JvmRuntime {
         let (jit, native): (Vec<u64>, Vec<u64>) = addrs
             .into_iter()
             .partition(|&addr| maps.find(addr).is_some_and(|m| m.is_anonymous()));
+        // A walked JVM's Java frames are named from its own structures: it
+        // is asked for a perf map only for code-cache addresses the walk
+        // could not place (HotSpot's names win: they cover interpreted and
+        // inlined frames, are read as the drain is named, and need nothing
+        // of the JVM; the perf map is the fallback).
+        if jit.is_empty() && matches!(self.walkers.get(&process.pid), Some(Walker::Walked(_))) {
+            return native;
+        }
         self.jit_addrs
             .extend(jit.iter().map(|&addr| (process.pid, addr)));
         self.batches.push(JitBatch {

@@ -13,6 +13,9 @@ pub struct JvmOptions {
     /// Full thread names from the rename uprobe where possible (else only
     /// from the tracepoint and thread dumps).
     pub rename_uprobe: bool,
+    /// Walk Java frames in the kernel from HotSpot's own structures where
+    /// they can be read (else frame pointers and perf maps only).
+    pub walk: bool,
 }
 
 impl Default for JvmOptions {
@@ -20,6 +23,7 @@ impl Default for JvmOptions {
         Self {
             jit: JitOptions::default(),
             rename_uprobe: true,
+            walk: true,
         }
     }
 }
