@@ -337,13 +337,16 @@ fn wait_attachable(pid: u32) -> Result<()> {
     }
 }
 
-/// Runs `sparkprof record --pid` with the audit, waiting for its end.
+/// Runs `sparkprof record --pid --no-java-walk` with the audit, waiting
+/// for its end: the section measures naming from perf maps, the fallback
+/// for JVMs whose own structures sparkprof cannot read (a walked JVM's
+/// frames are named from those structures, which the audit does not see).
 fn record(sparkprof: &Path, pid: u32, output: &Path, audit: &Path, dir: &Path) -> Result<()> {
     let log_path = dir.join("sparkprof.log");
     let log = fs::File::create(&log_path)?;
     let mut child = Killed(
         Command::new(sparkprof)
-            .args(["record", "--pid", &pid.to_string(), "-F"])
+            .args(["record", "--no-java-walk", "--pid", &pid.to_string(), "-F"])
             .arg(RECORD_HZ.to_string())
             .args(["--duration", &RECORD_SECS.to_string(), "--output"])
             .arg(output)
