@@ -606,6 +606,9 @@ impl JitReport {
         let misnamed = pct(c.misnamed, c.checked);
         let mut text = format!(
             "### 4. JIT frames ({MAP_ENTRIES}-entry perf map; a JVM whose code cache churns, {RECORD_SECS} s at {RECORD_HZ} Hz)\n\n\
+             Naming from perf maps, the fallback for JVMs whose own structures sparkprof cannot \
+             read (`record --no-java-walk` here; other JVMs' frames are named from HotSpot's \
+             structures, which the audit does not see).\n\n\
              | figure | value | target |\n\
              |---|--:|---|\n\
              | perf-map load, {MAP_ENTRIES} entries ({file_kib} KiB, JDK `0x` format), median of {MAP_LOADS} | {:.2} ms ({:.2} – {:.2}) |  |\n\
