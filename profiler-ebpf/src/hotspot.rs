@@ -49,6 +49,7 @@ use crate::{
     hashed_stacks::{FNV_OFFSET, Pooled, StackSink, fnv},
     on_cpu::count_sample,
     stats::count_stat,
+    user_memory::{read_u32, read_u64},
 };
 
 #[map]
@@ -430,14 +431,4 @@ fn in_code_cache(info: &HotspotProcInfo, address: u64) -> bool {
 #[inline(always)]
 fn is_frame_pointer(sp: u64, fp: u64) -> bool {
     fp >= sp && fp - sp < MAX_FRAME_BYTES && fp & 7 == 0
-}
-
-#[inline(always)]
-fn read_u64(address: u64) -> u64 {
-    unsafe { bpf_probe_read_user(address as *const u64) }.unwrap_or(0)
-}
-
-#[inline(always)]
-fn read_u32(address: u64) -> u32 {
-    unsafe { bpf_probe_read_user(address as *const u32) }.unwrap_or(0)
 }

@@ -18,6 +18,7 @@ mod on_cpu;
 mod python;
 mod stats;
 mod thread_names;
+mod user_memory;
 
 #[cfg(not(test))]
 #[panic_handler]

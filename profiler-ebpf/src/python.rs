@@ -10,7 +10,6 @@
 //! code objects and computing lines is left to userspace.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
     macros::map,
     maps::{HashMap, PerCpuArray},
 };
@@ -19,7 +18,10 @@ use profiler_common::{
     PythonOffsets, PythonStack, python_layout,
 };
 
-use crate::hashed_stacks::{FNV_OFFSET, StackSink, fnv};
+use crate::{
+    hashed_stacks::{FNV_OFFSET, StackSink, fnv},
+    user_memory::{read_u8, read_u32, read_u64},
+};
 
 #[map]
 static PY_PROCS: HashMap<u32, PythonOffsets> = HashMap::with_max_entries(MAX_PYTHON_PROCESSES, 0);
@@ -111,21 +113,4 @@ fn first_frame(offsets: &PythonOffsets, tstate: u64) -> u64 {
     } else {
         frame
     }
-}
-
-/// User memory of the current process; `0` where it cannot be read (a torn
-/// chain ends the walk there).
-#[inline(always)]
-fn read_u64(address: u64) -> u64 {
-    unsafe { bpf_probe_read_user(address as *const u64) }.unwrap_or(0)
-}
-
-#[inline(always)]
-fn read_u32(address: u64) -> u32 {
-    unsafe { bpf_probe_read_user(address as *const u32) }.unwrap_or(0)
-}
-
-#[inline(always)]
-fn read_u8(address: u64) -> u8 {
-    unsafe { bpf_probe_read_user(address as *const u8) }.unwrap_or(0)
 }

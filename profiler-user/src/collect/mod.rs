@@ -10,6 +10,7 @@ pub mod btf;
 pub mod hotspot;
 pub mod object;
 pub mod off_cpu;
+pub mod pooled;
 pub mod python;
 pub mod renames;
 

@@ -17,7 +17,7 @@ use aya::{
 use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, names};
 use tracing::debug;
 
-use super::{CollectError, take_map};
+use super::{CollectError, pooled::PooledStacks, take_map};
 
 /// A CPython thread the sampler follows: its thread id as the host sees
 /// it, and the address of its `PyThreadState`, where the kernel's walk of
@@ -51,7 +51,7 @@ impl RawPythonStack {
 pub struct PythonMaps {
     processes: HashMap<MapData, u32, PythonOffsets>,
     threads: HashMap<MapData, u32, u64>,
-    stacks: [HashMap<MapData, u64, PythonStack>; 2],
+    stacks: PooledStacks<PythonStack>,
     /// Registered threads by process, to replace and forget them.
     registered: StdHashMap<u32, HashSet<u32>>,
 }
@@ -61,10 +61,7 @@ impl PythonMaps {
         Ok(Self {
             processes: take_map(ebpf, names::PY_PROCS)?,
             threads: take_map(ebpf, names::PY_THREADS)?,
-            stacks: [
-                take_map(ebpf, names::PY_STACKS[0])?,
-                take_map(ebpf, names::PY_STACKS[1])?,
-            ],
+            stacks: PooledStacks::take(ebpf, names::PY_STACKS)?,
             registered: StdHashMap::new(),
         })
     }
@@ -109,23 +106,13 @@ impl PythonMaps {
 
     /// The stack filed under `hash` in the `idle` buffer (`0`: none).
     pub fn stack(&self, idle: usize, hash: u64) -> Option<RawPythonStack> {
-        if hash == 0 {
-            return None;
-        }
-        match self.stacks[idle].get(&hash, 0) {
-            Ok(stack) => Some(RawPythonStack::from_kernel(&stack)),
-            Err(err) => {
-                debug!(hash, "Python stack lookup failed: {err}");
-                None
-            }
-        }
+        self.stacks
+            .get(idle, hash)
+            .map(|stack| RawPythonStack::from_kernel(&stack))
     }
 
     /// Empties the `idle` buffer's stack map after a drain.
     pub fn clear(&mut self, idle: usize) {
-        let keys: Vec<u64> = self.stacks[idle].keys().filter_map(Result::ok).collect();
-        for key in keys {
-            let _ = self.stacks[idle].remove(&key);
-        }
+        self.stacks.clear(idle);
     }
 }

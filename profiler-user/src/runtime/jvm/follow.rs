@@ -165,43 +165,6 @@ impl JvmRuntime {
         );
         self.walkers.insert(pid, walker);
     }
-
-    /// The frames a walked JVM's stack frame stands for (the Java method
-    /// and those inlined into it, root first, or the VM stub), or `None`
-    /// for a native frame.
-    fn walked_frames(
-        &mut self,
-        process: &ProcessInfo,
-        frame: &HotspotFrame,
-        leaf: bool,
-        count: u64,
-    ) -> Option<Vec<Frame>> {
-        let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
-            return None;
-        };
-        let methods = match walked.name(frame, leaf) {
-            RecordedName::NotJava => return None,
-            RecordedName::Java(methods) => Some(methods),
-            RecordedName::Unknown => None,
-        };
-        if count > 0 {
-            self.jit.count_walked_frame(methods.is_some(), count);
-        }
-        Some(match methods {
-            Some(methods) => methods
-                .iter()
-                .map(|method| Frame {
-                    name: method.name.clone(),
-                    kind: if method.inlined {
-                        FrameKind::Inlined
-                    } else {
-                        FrameKind::Jit
-                    },
-                })
-                .collect(),
-            None => vec![Frame::new("[unknown]", FrameKind::Jit)],
-        })
-    }
 }
 
 impl Runtime for JvmRuntime {
@@ -319,6 +282,8 @@ impl RuntimeFrames for JvmRuntime {
         native
     }
 
+    /// A walked JVM's frame: the Java method and those inlined into it,
+    /// root first, or the VM stub; `None` for a native frame.
     fn recorded_frames(
         &mut self,
         process: &ProcessInfo,
@@ -326,6 +291,30 @@ impl RuntimeFrames for JvmRuntime {
         leaf: bool,
         count: u64,
     ) -> Option<Vec<Frame>> {
-        self.walked_frames(process, frame, leaf, count)
+        let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
+            return None;
+        };
+        let methods = match walked.name(frame, leaf) {
+            RecordedName::NotJava => return None,
+            RecordedName::Java(methods) => Some(methods),
+            RecordedName::Unknown => None,
+        };
+        if count > 0 {
+            self.jit.count_walked_frame(methods.is_some(), count);
+        }
+        Some(match methods {
+            Some(methods) => methods
+                .iter()
+                .map(|method| Frame {
+                    name: method.name.clone(),
+                    kind: if method.inlined {
+                        FrameKind::Inlined
+                    } else {
+                        FrameKind::Jit
+                    },
+                })
+                .collect(),
+            None => vec![Frame::new("[unknown]", FrameKind::Jit)],
+        })
     }
 }
