@@ -14,6 +14,7 @@
 //! runtime needs, driven by `record` beside the stages.
 
 pub mod collect;
+pub mod daemon;
 pub mod doctor;
 pub mod enrich;
 pub mod record;

@@ -3,7 +3,8 @@
 //! maps periodically and flushing output files along the way and at the end.
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -14,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
     enrich::{Enricher, ProcessInfo},
-    runtime::{Runtime, RuntimeStats, Runtimes, jvm::JvmOptions},
+    runtime::{Runtime, Runtimes, jvm::JvmOptions},
     symbolize::Symbolizer,
     sys::{caps::Capabilities, proc, sysctl},
     write::{
@@ -121,20 +122,30 @@ pub fn stack_map_entries(
 }
 
 /// The pipeline, one direction.
-struct Pipeline {
+pub(crate) struct Pipeline {
     /// `--pid`: only these processes (empty: the whole host).
     pids: Vec<u32>,
-    collector: Collector,
+    pub(crate) collector: Collector,
     enricher: Enricher,
     symbolizer: Symbolizer,
-    writer: Writer,
+    pub(crate) writer: Writer,
     /// What each language runtime needs of a process.
-    runtimes: Runtimes,
+    pub(crate) runtimes: Runtimes,
+    /// Processes seen starting and exiting since the caller last took
+    /// them (kept only when asked for: the daemon follows applications).
+    pub(crate) events: Option<ProcessEvents>,
+}
+
+/// Processes the pipeline saw start (first seen) and exit.
+#[derive(Debug, Default)]
+pub(crate) struct ProcessEvents {
+    pub(crate) started: Vec<Arc<ProcessInfo>>,
+    pub(crate) exited: Vec<Arc<ProcessInfo>>,
 }
 
 impl Pipeline {
     /// One drain through every stage.
-    fn step(&mut self) {
+    pub(crate) fn step(&mut self) {
         match self.collector.drain() {
             Ok(drain) => self.process(drain),
             Err(err) => warn!("drain failed, retrying next interval: {err}"),
@@ -143,7 +154,10 @@ impl Pipeline {
 
     /// Has the collector watch what a newly seen process needs (its
     /// off-CPU time if it is of interest), and the runtimes take it on.
-    fn watch(&mut self, process: &ProcessInfo) {
+    fn watch(&mut self, process: &Arc<ProcessInfo>) {
+        if let Some(events) = self.events.as_mut() {
+            events.started.push(process.clone());
+        }
         let off_cpu = if self.pids.is_empty() {
             process.in_a_runtime()
         } else {
@@ -168,11 +182,14 @@ impl Pipeline {
             self.collector.forget(process.pid);
             self.runtimes.exited(process);
         }
+        if let Some(events) = self.events.as_mut() {
+            events.exited.extend(drain.exited.iter().cloned());
+        }
         self.writer.add(drain);
     }
 
     /// Stops sampling and takes in everything still in the kernel.
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.runtimes.stopping();
         match self.collector.finish() {
             Ok(drain) => self.process(drain),
@@ -199,7 +216,7 @@ fn check_target(pid: u32) -> Result<(), RecordError> {
 /// The signals that stop a recording: SIGINT (a terminal), SIGTERM (a
 /// service manager's stop) and SIGHUP (a closed terminal, a reload). Each
 /// drains, writes what was counted and restores the host; none kills it.
-struct StopSignals {
+pub(crate) struct StopSignals {
     int: Signal,
     term: Signal,
     hup: Signal,
@@ -216,7 +233,7 @@ impl StopSignals {
     }
 
     /// The name of the next stop signal.
-    async fn recv(&mut self) -> &'static str {
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.int.recv() => "SIGINT",
             _ = self.term.recv() => "SIGTERM",
@@ -257,8 +274,128 @@ async fn final_flush(
     }
 }
 
-/// Runs a recording to its end.
-pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
+/// A running recording: the pipeline sampling the host, the signals that
+/// stop it, and what it changed on the host (restored when dropped, after
+/// the collector).
+pub(crate) struct Session {
+    pub(crate) pipeline: Pipeline,
+    pub(crate) signals: StopSignals,
+    /// `kernel.perf_event_max_stack` as it was, if raised: restored when
+    /// this is dropped, which must be after the collector's perf events
+    /// are closed.
+    pub(crate) raised: Option<sysctl::RaisedSysctl>,
+    stack_depth: u32,
+    frequency_hz: u64,
+}
+
+impl Session {
+    /// Checks what a recording needs, loads the programs, takes on the
+    /// processes already running and starts sampling, with the write
+    /// stage writing into `writer_dir`.
+    pub(crate) fn start(options: &RecordOptions, writer_dir: &Path) -> Result<Self, RecordError> {
+        check_options(options)?;
+        let signals = StopSignals::install()?;
+        // Declared before the collector so it is dropped (restored) after the
+        // perf events are closed.
+        let raised = match options.max_stack_depth {
+            Some(depth) => sysctl::RaisedSysctl::raise_to(MAX_STACK_SYSCTL, u64::from(depth))
+                .map_err(RecordError::StackSysctl)?,
+            None => None,
+        };
+        let sysctl_depth = sysctl::read_u64(MAX_STACK_SYSCTL).map_err(RecordError::StackSysctl)?;
+        let stack_depth = match options.max_stack_depth {
+            Some(depth) => depth,
+            None => (sysctl_depth as u32).clamp(1, MAX_STACK_DEPTH_LIMIT),
+        };
+        let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
+        let stack_map_entries = options.stack_map_entries.unwrap_or_else(|| {
+            stack_map_entries(
+                cpus,
+                options.frequency_hz,
+                options.drain_interval,
+                stack_depth,
+            )
+        });
+        let config = CollectorConfig {
+            frequency_hz: options.frequency_hz,
+            stack_depth,
+            stack_map_entries,
+            count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
+            target_pids: options.pids.clone(),
+            off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
+                min_block,
+                stack_map_entries: profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES,
+                count_map_entries: profiler_common::DEFAULT_OFFCPU_COUNT_ENTRIES,
+            }),
+        };
+        let mut collector = Collector::load(&config)?;
+        let mut runtimes = Runtimes::new(options.jvm.clone());
+        runtimes.prepare(&mut collector);
+        let mut pipeline = Pipeline {
+            pids: options.pids.clone(),
+            collector,
+            enricher: Enricher::new(),
+            symbolizer: Symbolizer::new(),
+            runtimes,
+            writer: Writer::new(writer_dir, write_options(options)),
+            events: None,
+        };
+        // Processes already running: their renames (and off-CPU time) are
+        // watched from now on, and the names their threads have now are asked
+        // for right away.
+        for process in pipeline.enricher.running_processes() {
+            pipeline.watch(&process);
+        }
+        let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
+        pipeline.enricher.named(&dumps);
+        // Only now the sampler: every sample of a running process is taken
+        // once its runtime follows it (a Python sample carries its frames, a
+        // JVM's renames are watched).
+        pipeline.collector.start_sampling()?;
+        info!(
+            frequency_hz = options.frequency_hz,
+            stack_depth,
+            stack_map_entries,
+            pids = ?options.pids,
+            "recording on {cpus} CPUs into {}",
+            options.output.display()
+        );
+        Ok(Self {
+            pipeline,
+            signals,
+            raised,
+            stack_depth,
+            frequency_hz: options.frequency_hz,
+        })
+    }
+
+    /// The facts every index.json of this recording starts with.
+    pub(crate) fn header(&self) -> Header {
+        Header {
+            tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
+            host: sysctl::read("kernel/hostname").unwrap_or_default(),
+            frequency_hz: self.frequency_hz,
+            stack_depth: self.stack_depth,
+            stats: self.pipeline.collector.stats(),
+            runtimes: self.pipeline.runtimes.stats(),
+        }
+    }
+}
+
+/// What the write stage of a recording with these options does.
+pub(crate) fn write_options(options: &RecordOptions) -> WriteOptions {
+    WriteOptions {
+        // Off-CPU time comes with wall-clock files, in which a
+        // sample stands for one sampling period.
+        wall_us_per_sample: options
+            .off_cpu_min_block
+            .map(|_| 1e6 / options.frequency_hz as f64),
+        ..options.write
+    }
+}
+
+/// Refuses options no recording can run with, before anything changes.
+fn check_options(options: &RecordOptions) -> Result<(), RecordError> {
     let missing = Capabilities::current().missing_for_record();
     if !missing.is_empty() {
         return Err(RecordError::MissingCapabilities(missing));
@@ -271,7 +408,12 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
     for &pid in &options.pids {
         check_target(pid)?;
     }
-    let mut signals = StopSignals::install()?;
+    Ok(())
+}
+
+/// Runs a recording to its end.
+pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
+    check_options(&options)?;
     // Before anything else changes: the recording must have somewhere to go.
     let output = OutputDir::claim(&options.output)?;
     if output.replaced() > 0 {
@@ -281,90 +423,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             output.replaced()
         );
     }
-
-    // Declared before the collector so it is dropped (restored) after the
-    // perf events are closed.
-    let _raised = match options.max_stack_depth {
-        Some(depth) => sysctl::RaisedSysctl::raise_to(MAX_STACK_SYSCTL, u64::from(depth))
-            .map_err(RecordError::StackSysctl)?,
-        None => None,
-    };
-    let sysctl_depth = sysctl::read_u64(MAX_STACK_SYSCTL).map_err(RecordError::StackSysctl)?;
-    let stack_depth = match options.max_stack_depth {
-        Some(depth) => depth,
-        None => (sysctl_depth as u32).clamp(1, MAX_STACK_DEPTH_LIMIT),
-    };
-    let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
-    let stack_map_entries = options.stack_map_entries.unwrap_or_else(|| {
-        stack_map_entries(
-            cpus,
-            options.frequency_hz,
-            options.drain_interval,
-            stack_depth,
-        )
-    });
-    let config = CollectorConfig {
-        frequency_hz: options.frequency_hz,
-        stack_depth,
-        stack_map_entries,
-        count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
-        target_pids: options.pids.clone(),
-        off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
-            min_block,
-            stack_map_entries: profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES,
-            count_map_entries: profiler_common::DEFAULT_OFFCPU_COUNT_ENTRIES,
-        }),
-    };
-    let mut collector = Collector::load(&config)?;
-    let mut runtimes = Runtimes::new(options.jvm.clone());
-    runtimes.prepare(&mut collector);
-    let mut pipeline = Pipeline {
-        pids: options.pids.clone(),
-        collector,
-        enricher: Enricher::new(),
-        symbolizer: Symbolizer::new(),
-        runtimes,
-        writer: Writer::new(
-            &options.output,
-            WriteOptions {
-                // Off-CPU time comes with wall-clock files, in which a
-                // sample stands for one sampling period.
-                wall_us_per_sample: options
-                    .off_cpu_min_block
-                    .map(|_| 1e6 / options.frequency_hz as f64),
-                ..options.write
-            },
-        ),
-    };
-    // Processes already running: their renames (and off-CPU time) are
-    // watched from now on, and the names their threads have now are asked
-    // for right away.
-    for process in pipeline.enricher.running_processes() {
-        pipeline.watch(&process);
-    }
-    let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
-    pipeline.enricher.named(&dumps);
-    // Only now the sampler: every sample of a running process is taken
-    // once its runtime follows it (a Python sample carries its frames, a
-    // JVM's renames are watched).
-    pipeline.collector.start_sampling()?;
-    info!(
-        frequency_hz = options.frequency_hz,
-        stack_depth,
-        stack_map_entries,
-        pids = ?options.pids,
-        "recording on {cpus} CPUs into {}",
-        options.output.display()
-    );
-
-    let header = |stats, runtimes: RuntimeStats| Header {
-        tool: format!("sparkprof {}", env!("CARGO_PKG_VERSION")),
-        host: sysctl::read("kernel/hostname").unwrap_or_default(),
-        frequency_hz: options.frequency_hz,
-        stack_depth,
-        stats,
-        runtimes,
-    };
+    let mut session = Session::start(&options, &options.output)?;
 
     let started = Instant::now();
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
@@ -382,17 +441,16 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         };
         tokio::select! {
             _ = drain_tick.tick() => {
-                pipeline.step();
+                session.pipeline.step();
                 if last_flush.elapsed() >= options.flush_interval {
                     last_flush = Instant::now();
-                    if let Err(err) = pipeline
-                        .writer
-                        .flush(&header(pipeline.collector.stats(), pipeline.runtimes.stats())) {
+                    let header = session.header();
+                    if let Err(err) = session.pipeline.writer.flush(&header) {
                         warn!("periodic flush failed, will retry: {err}");
                     }
                 }
             }
-            name = signals.recv() => {
+            name = session.signals.recv() => {
                 info!("{name}: draining and writing what was counted");
                 interrupted = true;
                 break;
@@ -400,44 +458,39 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
             _ = until_deadline => break,
         }
     }
-    pipeline.finish();
-    let stats = pipeline.collector.stats();
-    let Pipeline {
-        collector,
-        mut writer,
-        runtimes,
+    session.pipeline.finish();
+    let header = session.header();
+    let stats = header.stats;
+    let Session {
+        pipeline: Pipeline {
+            collector,
+            mut writer,
+            ..
+        },
+        mut signals,
+        raised: _raised,
         ..
-    } = pipeline;
+    } = session;
     // Counting has stopped. Detaching the programs waits for an RCU grace
     // period per link (seconds on a host with thousands of threads): it
     // happens beside the final write, which must not wait for it, and it
     // frees the kernel maps before a possibly long wait for disk space.
     // (If no thread can be started, the collector is dropped right here.)
     writer.settle();
-    let detach = std::thread::Builder::new()
-        .name("detach".into())
-        .spawn(move || drop(collector))
-        .ok();
-    let written = final_flush(
-        &mut writer,
-        &header(stats, runtimes.stats()),
-        options.write_retry,
-        &mut signals,
-    )
-    .await
-    .inspect_err(|_| {
-        let removed = writer.discard_unindexed();
-        if removed > 0 {
-            error!(
-                "removed the {removed} files of this recording that no index.json lists, \
-                 so that {} holds no partial recording",
-                options.output.display()
-            );
-        }
-    });
-    if detach.is_some_and(|thread| thread.join().is_err()) {
-        warn!("detaching the programs panicked; the kernel detaches them when sparkprof exits");
-    }
+    let detach = detach_in_background(collector);
+    let written = final_flush(&mut writer, &header, options.write_retry, &mut signals)
+        .await
+        .inspect_err(|_| {
+            let removed = writer.discard_unindexed();
+            if removed > 0 {
+                error!(
+                    "removed the {removed} files of this recording that no index.json lists, \
+                     so that {} holds no partial recording",
+                    options.output.display()
+                );
+            }
+        });
+    join_detach(detach);
     written?;
     drop(output);
     // What index.json lists, so the closing line agrees with it.
@@ -450,6 +503,22 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         elapsed: started.elapsed(),
         interrupted,
     })
+}
+
+/// Drops the collector (detaching its programs) on a thread of its own;
+/// if no thread can be started, right here.
+pub(crate) fn detach_in_background(collector: Collector) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("detach".into())
+        .spawn(move || drop(collector))
+        .ok()
+}
+
+/// Waits for [`detach_in_background`].
+pub(crate) fn join_detach(detach: Option<std::thread::JoinHandle<()>>) {
+    if detach.is_some_and(|thread| thread.join().is_err()) {
+        warn!("detaching the programs panicked; the kernel detaches them when sparkprof exits");
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@
 //! 8. Many threads (see [`threads`]): start, stop and a busy loop's slowdown
 //!    of `record --off-cpu` beside a JVM and a CPython process with few and
 //!    with thousands of threads.
+//! 9. Soak (see [`soak`]): `sparkprof daemon` for ten minutes under process
+//!    churn, its RSS and CPU over time.
 //!
 //! This file holds the command line, the sections and the report; sections
 //! 1 to 3 and the harness for their peer profilers are in [`peers`], each
@@ -41,7 +43,7 @@
 //! them all.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
-//! `cost`, `jit`, `spark`, `offcpu`, `python`, `threads`). Everything the profilers write goes to a scratch
+//! `cost`, `jit`, `spark`, `offcpu`, `python`, `threads`, `soak`). Everything the profilers write goes to a scratch
 //! directory that is removed afterwards; the results are printed and each
 //! section is written into its own marked block of BENCHMARKS.md (see
 //! [`write_sections`]), so a partial run keeps the other sections' latest
@@ -64,6 +66,7 @@ mod off_cpu;
 mod peers;
 mod procs;
 mod python;
+mod soak;
 mod spark;
 mod stats;
 mod threads;
@@ -79,7 +82,8 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
            offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
            python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python and a Java sample),
-           threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs);
+           threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs),
+           soak (the daemon for ten minutes under process churn: RSS and CPU over time);
            default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
@@ -128,10 +132,11 @@ enum Section {
     OffCpu,
     Python,
     Threads,
+    Soak,
 }
 
 impl Section {
-    const ALL: [Section; 8] = [
+    const ALL: [Section; 9] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
@@ -140,6 +145,7 @@ impl Section {
         Section::OffCpu,
         Section::Python,
         Section::Threads,
+        Section::Soak,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -153,6 +159,7 @@ impl Section {
             Section::OffCpu => "offcpu",
             Section::Python => "python",
             Section::Threads => "threads",
+            Section::Soak => "soak",
         }
     }
 
@@ -168,7 +175,12 @@ impl Section {
     fn uses_peers(self) -> bool {
         !matches!(
             self,
-            Section::Jit | Section::Spark | Section::OffCpu | Section::Python | Section::Threads
+            Section::Jit
+                | Section::Spark
+                | Section::OffCpu
+                | Section::Python
+                | Section::Threads
+                | Section::Soak
         )
     }
 }
@@ -259,6 +271,10 @@ pub fn run(args: &[String]) -> Result<()> {
         true => Some(threads::measure(&bench, runs.min(3))?),
         false => None,
     };
+    let soak = match wants(Section::Soak) {
+        true => Some(soak::measure(&bench)?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -272,6 +288,7 @@ pub fn run(args: &[String]) -> Result<()> {
         off_cpu,
         python,
         threads,
+        soak,
         incidents: bench.incidents.take(),
     };
 
@@ -409,6 +426,7 @@ struct Report {
     off_cpu: Option<off_cpu::OffCpuReport>,
     python: Option<python::PythonReport>,
     threads: Option<threads::ThreadsReport>,
+    soak: Option<soak::SoakReport>,
     incidents: Vec<String>,
 }
 
@@ -442,6 +460,9 @@ impl Report {
         }
         if let Some(threads) = &self.threads {
             sections.push((Section::Threads, threads.markdown()));
+        }
+        if let Some(soak) = &self.soak {
+            sections.push((Section::Soak, soak.markdown()));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);

@@ -29,6 +29,13 @@ struct Cli {
 enum Command {
     /// Profile the host and write folded stacks, flame graphs and index.json.
     Record(RecordArgs),
+    /// Profile the host for as long as it runs, in windows, in bounded memory and disk.
+    Daemon(DaemonArgs),
+    /// Print a daemon's status (its DIR/status.json) for a person.
+    Status {
+        /// The daemon's directory.
+        dir: PathBuf,
+    },
     /// Print what this host offers and lacks for profiling.
     Doctor,
 }
@@ -38,12 +45,51 @@ struct RecordArgs {
     /// Seconds to record; without it, record until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, short, value_parser = positive_seconds)]
     duration: Option<Duration>,
-    /// Samples per second on each CPU.
-    #[arg(long, short = 'F', default_value_t = 99)]
-    frequency: u64,
     /// Output directory.
     #[arg(long, short, default_value = "profiles")]
     output: PathBuf,
+    /// Seconds between rewrites of the output files during a long recording.
+    #[arg(long, default_value_t = 60)]
+    flush_interval: u64,
+    /// Seconds to keep retrying the final write when it fails (e.g. a full disk).
+    #[arg(long, default_value_t = 60)]
+    write_retry_secs: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+#[derive(clap::Args)]
+struct DaemonArgs {
+    /// The daemon's directory: `windows/`, `apps/` and `status.json` go here.
+    #[arg(long, short)]
+    output: PathBuf,
+    /// Seconds per window (each written as `DIR/windows/<UTC start>/`).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    window: u64,
+    /// Most MiB the directory may hold: the oldest windows go first, then
+    /// the oldest completed roll-ups.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    max_disk: u64,
+    /// Hours a window is kept.
+    #[arg(long, default_value_t = 72.0)]
+    retain: f64,
+    /// Where the state that lets a restart undo a crash is kept.
+    #[arg(long, default_value = sparkprof::daemon::state::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Stop after this many seconds (for tests and benchmarks; a service runs
+    /// until SIGTERM).
+    #[arg(long, value_parser = positive_seconds, hide = true)]
+    duration: Option<Duration>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+/// What `record` and `daemon` share: what is sampled and how it is named.
+#[derive(clap::Args)]
+struct SamplingArgs {
+    /// Samples per second on each CPU.
+    #[arg(long, short = 'F', default_value_t = 99)]
+    frequency: u64,
     /// Only these processes (repeatable).
     #[arg(long = "pid", short)]
     pids: Vec<u32>,
@@ -53,15 +99,9 @@ struct RecordArgs {
     /// Milliseconds between drains of the kernel maps.
     #[arg(long, default_value_t = 1000)]
     drain_interval_ms: u64,
-    /// Seconds between rewrites of the output files during a long recording.
-    #[arg(long, default_value_t = 60)]
-    flush_interval: u64,
     /// Entries of each stack map (default: sized from CPUs, frequency and depth).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_MAP_ENTRIES))]
     stack_map_entries: Option<u32>,
-    /// Seconds to keep retrying the final write when it fails (e.g. a full disk).
-    #[arg(long, default_value_t = 60)]
-    write_retry_secs: u64,
     /// Never attach to JVMs; name JIT frames only from perf maps already there.
     #[arg(long)]
     no_jvm_attach: bool,
@@ -155,24 +195,43 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Record(args) => run_record(args),
+        Command::Daemon(args) => run_daemon(args),
+        Command::Status { dir } => match sparkprof::daemon::status::Status::read(&dir) {
+            Ok(status) => {
+                print!("{}", status.render());
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!(
+                    "sparkprof: no daemon status in {}: {err}",
+                    dir.join(sparkprof::daemon::status::STATUS).display()
+                );
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
-fn run_record(args: RecordArgs) -> ExitCode {
+/// The recording options `args` make, writing into `output`.
+fn record_options(
+    args: SamplingArgs,
+    output: PathBuf,
+    duration: Option<Duration>,
+) -> Result<RecordOptions, ExitCode> {
     if args.frequency == 0 || args.frequency > 100_000 {
         eprintln!("sparkprof: --frequency must be between 1 and 100000 Hz");
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     }
-    let options = RecordOptions {
-        duration: args.duration,
+    Ok(RecordOptions {
+        duration,
         frequency_hz: args.frequency,
-        output: args.output,
+        output,
         pids: args.pids,
         max_stack_depth: args.max_stack_depth,
         drain_interval: Duration::from_millis(args.drain_interval_ms.max(10)),
-        flush_interval: Duration::from_secs(args.flush_interval.max(1)),
+        flush_interval: Duration::from_secs(60),
         stack_map_entries: args.stack_map_entries,
-        write_retry: Duration::from_secs(args.write_retry_secs),
+        write_retry: Duration::from_secs(60),
         jvm: JvmOptions {
             jit: JitOptions {
                 attach: !args.no_jvm_attach,
@@ -196,16 +255,77 @@ fn run_record(args: RecordArgs) -> ExitCode {
         off_cpu_min_block: args
             .off_cpu
             .then(|| Duration::from_micros(args.min_block_us)),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    })
+}
+
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
+        .map_err(|err| {
             eprintln!("sparkprof: cannot start the runtime: {err}");
-            return ExitCode::FAILURE;
+            ExitCode::FAILURE
+        })
+}
+
+/// An error chain on one line.
+fn chain(err: impl Into<anyhow::Error>) -> String {
+    err.into()
+        .chain()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+fn run_daemon(args: DaemonArgs) -> ExitCode {
+    if !(args.retain.is_finite() && args.retain > 0.0) {
+        eprintln!("sparkprof: --retain must be a positive number of hours");
+        return ExitCode::from(2);
+    }
+    let record = match record_options(args.sampling, args.output, args.duration) {
+        Ok(options) => options,
+        Err(code) => return code,
+    };
+    let options = sparkprof::daemon::DaemonOptions {
+        record,
+        window: Duration::from_secs(args.window),
+        max_disk_bytes: args.max_disk << 20,
+        retain: Duration::from_secs_f64(args.retain * 3600.0),
+        state_dir: args.state_dir,
+    };
+    let runtime = match tokio_runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(sparkprof::daemon::run(options)) {
+        Ok(summary) => {
+            eprintln!(
+                "sparkprof: daemon stopped: {} windows written, {} skipped, {} samples",
+                summary.windows_written, summary.windows_skipped, summary.samples
+            );
+            ExitCode::SUCCESS
         }
+        Err(sparkprof::daemon::DaemonError::Record(err @ RecordError::MissingCapabilities(_))) => {
+            eprintln!("sparkprof: {err}");
+            ExitCode::from(77)
+        }
+        Err(err) => {
+            eprintln!("sparkprof: {}", chain(err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_record(args: RecordArgs) -> ExitCode {
+    let mut options = match record_options(args.sampling, args.output, args.duration) {
+        Ok(options) => options,
+        Err(code) => return code,
+    };
+    options.flush_interval = Duration::from_secs(args.flush_interval.max(1));
+    options.write_retry = Duration::from_secs(args.write_retry_secs);
+    let runtime = match tokio_runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
     };
     match runtime.block_on(record(options)) {
         Ok(summary) => {
@@ -231,14 +351,7 @@ fn run_record(args: RecordArgs) -> ExitCode {
             ExitCode::from(77)
         }
         Err(err) => {
-            eprintln!(
-                "sparkprof: {}",
-                anyhow::Error::from(err)
-                    .chain()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join(": ")
-            );
+            eprintln!("sparkprof: {}", chain(err));
             ExitCode::FAILURE
         }
     }

@@ -51,6 +51,15 @@ pub struct RaisedSysctl {
 }
 
 impl RaisedSysctl {
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its value before it was raised.
+    pub fn original(&self) -> &str {
+        &self.original
+    }
+
     /// Raises `name` to `value` if it is currently lower. Returns `None` when
     /// it already was at least `value` (nothing to restore).
     pub fn raise_to(name: &'static str, value: u64) -> io::Result<Option<Self>> {

@@ -103,6 +103,12 @@ impl JvmRuntime {
         self.names.stats()
     }
 
+    /// The perf maps sparkprof caused JVMs to write (see
+    /// [`JitSymbolizer::created_maps`]).
+    pub fn created_perf_maps(&self) -> Vec<std::path::PathBuf> {
+        self.jit.created_maps()
+    }
+
     /// How each JVM seen had its Java frames walked, by pid.
     pub fn java_walks(&self) -> BTreeMap<u32, JavaWalk> {
         self.walks.clone()

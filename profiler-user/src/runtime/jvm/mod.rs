@@ -174,6 +174,21 @@ impl JitSymbolizer {
         self.stats
     }
 
+    /// The perf maps sparkprof caused JVMs to write and will remove (unless
+    /// told to keep them).
+    pub fn created_maps(&self) -> Vec<std::path::PathBuf> {
+        if self.options.keep_maps {
+            return Vec::new();
+        }
+        let mut maps: Vec<_> = self
+            .jvms
+            .values()
+            .filter_map(JvmResolver::created_map)
+            .collect();
+        maps.sort();
+        maps
+    }
+
     /// Forgets an exited JVM, removing the map sparkprof caused it to write.
     pub fn evict(&mut self, process: &ProcessInfo) {
         if let Some(resolver) = self.jvms.remove(&Self::key(process))

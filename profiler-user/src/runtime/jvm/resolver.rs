@@ -232,6 +232,17 @@ impl JvmResolver {
         &self.ability
     }
 
+    /// The map sparkprof caused the JVM to write (it did not exist before
+    /// the first request), as sparkprof reaches it, if any.
+    pub fn created_map(&self) -> Option<PathBuf> {
+        if self.map_preexisted != Some(false) {
+            return None;
+        }
+        self.host_path
+            .clone()
+            .or_else(|| self.map.as_ref().map(|map| map.path().to_path_buf()))
+    }
+
     /// Removes the map if sparkprof caused it to be written and it did not
     /// exist before. Only a regular file owned by the JVM's user (or root)
     /// is removed, and never through a symlink.

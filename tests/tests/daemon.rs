@@ -1,0 +1,440 @@
+//! `sparkprof daemon`: windows that count every sample once, the roll-up
+//! of a (stand-in) Spark application and its completion, retention by
+//! size and age, a SIGKILL and a restart, bad directories, and the
+//! systemd unit verified by systemd's own `systemd-analyze verify`.
+
+use std::{
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use sparkprof_tests::{
+    Workload, build_workload,
+    fake_executor::{APP_ID, FakeExecutor},
+    parse_folded, read_sysctl, require_root, sparkprof_bin,
+};
+
+/// A running `sparkprof daemon`; killed if dropped.
+struct Daemon {
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn start(dir: &Path, state: &Path, args: &[&str]) -> Self {
+        require_root();
+        let child = Command::new(sparkprof_bin())
+            .arg("daemon")
+            .arg("--output")
+            .arg(dir)
+            .arg("--state-dir")
+            .arg(state)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sparkprof daemon");
+        Self { child: Some(child) }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn signal(&self, signal: i32) {
+        unsafe { libc::kill(self.pid() as i32, signal) };
+    }
+
+    /// Waits for it to exit; returns (success, stderr).
+    fn wait(mut self) -> (bool, String) {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the daemon did not stop");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut log = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut log)
+            .unwrap();
+        (status.success(), log)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The published windows, oldest first.
+fn windows(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir.join("windows"))
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    found.retain(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'));
+    found.sort();
+    found
+}
+
+fn index(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap()
+}
+
+/// Samples of `pid` in a window (or a record output) `dir`.
+fn samples_of(dir: &Path, pid: u32) -> u64 {
+    index(dir)["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["pid"].as_u64() == Some(u64::from(pid)) && f["kind"] == "cpu")
+        .map(|f| f["samples"].as_u64().unwrap())
+        .sum()
+}
+
+/// Windows the daemon says it has written (its status.json), 0 before the first.
+fn windows_written(dir: &Path) -> u64 {
+    std::fs::read(dir.join("status.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .and_then(|status| status["windows_written"].as_u64())
+        .unwrap_or(0)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn windows_count_every_sample_once() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("out");
+    let state = work.path().join("state");
+    let chain = build_workload("chain", work.path());
+    let daemon = Daemon::start(&dir, &state, &["--window", "2", "--frequency", "99"]);
+    wait_for("the daemon's first window", Duration::from_secs(30), || {
+        !windows(&dir).is_empty()
+    });
+    // 6 s of CPU on two threads, across several windows.
+    let workload = Workload::start(&chain, &["3", "2"]);
+    let pid = workload.pid();
+    let cpu_seconds = workload.wait_cpu_seconds();
+    std::thread::sleep(Duration::from_secs(3));
+    // SIGTERM writes the open window.
+    daemon.signal(libc::SIGTERM);
+    let (ok, log) = daemon.wait();
+    assert!(ok, "the daemon failed:\n{log}");
+    let all = windows(&dir);
+    assert!(all.len() >= 4, "{} windows:\n{log}", all.len());
+    for window in &all {
+        assert!(window.join("index.json").exists(), "{}", window.display());
+    }
+    let per_window: Vec<u64> = all.iter().map(|w| samples_of(w, pid)).collect();
+    let total: u64 = per_window.iter().sum();
+    assert!(
+        per_window.iter().filter(|&&n| n > 0).count() >= 2,
+        "the workload spans windows: {per_window:?}"
+    );
+    // At 99 Hz, its CPU time in samples, each counted in one window.
+    let expected = cpu_seconds * 99.0;
+    assert!(
+        (total as f64 - expected).abs() <= 0.1 * expected,
+        "{total} samples over windows {per_window:?}, expected {expected:.0} ({cpu_seconds:.2} s of CPU)"
+    );
+    // Nothing half-written; a status for a person.
+    assert!(
+        std::fs::read_dir(dir.join("windows")).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".partial")),
+        "a partial window was left"
+    );
+    let status: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["windows_written"].as_u64(), Some(all.len() as u64));
+    assert!(status["rss_bytes"].as_u64().unwrap() > 0);
+    let printed = Command::new(sparkprof_bin())
+        .arg("status")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(printed.status.success());
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    assert!(printed.contains("windows:"), "{printed}");
+    // The state file goes with a clean stop.
+    assert!(!state.join("state.json").exists());
+}
+
+#[test]
+fn a_spark_application_rolls_up_and_completes_when_it_exits() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("out");
+    let state = work.path().join("state");
+    // Not under /tmp's test directory: the executor's class path.
+    let classes = FakeExecutor::compile(
+        &Path::new("/var/tmp").join(format!("sparkprof-daemon-test-{}", std::process::id())),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&dir, &state, &["--window", "2"]);
+    wait_for("the daemon's first window", Duration::from_secs(30), || {
+        !windows(&dir).is_empty()
+    });
+    let executor = FakeExecutor::start(&classes, 6, &[]).unwrap();
+    executor.wait().unwrap();
+    // Two windows after it exited.
+    let after = windows(&dir).len();
+    wait_for(
+        "two windows after the application",
+        Duration::from_secs(30),
+        || windows(&dir).len() >= after + 2,
+    );
+    daemon.signal(libc::SIGINT);
+    let (ok, log) = daemon.wait();
+    let _ = std::fs::remove_dir_all(&classes);
+    assert!(ok, "the daemon failed:\n{log}");
+    let rollup = dir.join("apps").join(APP_ID);
+    let rolled = index(&rollup);
+    assert_eq!(rolled["app_id"], APP_ID);
+    assert_eq!(rolled["complete"], true, "{rolled:#}\n{log}");
+    // Each roll-up file is the sum of that file in every window.
+    let files = rolled["files"].as_array().unwrap();
+    assert!(
+        files.iter().any(|f| f["stage_id"].is_u64()),
+        "stage files rolled up: {rolled:#}"
+    );
+    for file in files {
+        let rel = file["path"].as_str().unwrap();
+        let summed: u64 = windows(&dir)
+            .iter()
+            .map(|w| w.join("spark").join(APP_ID).join(rel))
+            .filter(|p| p.exists())
+            .flat_map(|p| parse_folded(&std::fs::read_to_string(p).unwrap()))
+            .map(|s| s.count)
+            .sum();
+        let in_rollup: u64 = parse_folded(&std::fs::read_to_string(rollup.join(rel)).unwrap())
+            .iter()
+            .map(|s| s.count)
+            .sum();
+        assert_eq!(in_rollup, summed, "{rel}");
+        assert_eq!(file["samples"].as_u64(), Some(summed), "{rel}");
+        assert!(rollup.join(file["svg"].as_str().unwrap()).exists());
+    }
+}
+
+#[test]
+fn retention_removes_the_oldest_windows_and_nothing_else() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("out");
+    let state = work.path().join("state");
+    // A window from 5 days ago (the default retention is 3), one of 2 MiB
+    // from an hour ago, and something the daemon did not write.
+    let old_window = |name: &str, bytes: usize| {
+        let path = dir.join("windows").join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(
+            path.join("index.json"),
+            r#"{"tool":"sparkprof 0.1.0","files":[]}"#,
+        )
+        .unwrap();
+        std::fs::write(path.join("filler.folded"), vec![b'x'; bytes]).unwrap();
+        path
+    };
+    let stamp = |ago: u64| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - ago;
+        let out = Command::new("date")
+            .args(["-u", "-d", &format!("@{secs}"), "+%Y%m%dT%H%M%SZ"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let aged = old_window(&stamp(5 * 86_400), 10);
+    let big = old_window(&stamp(3_600), 2 << 20);
+    let foreign = dir.join("windows").join("my-notes");
+    std::fs::create_dir_all(&foreign).unwrap();
+    let daemon = Daemon::start(&dir, &state, &["--window", "1", "--max-disk", "1"]);
+    wait_for("two windows", Duration::from_secs(30), || {
+        windows_written(&dir) >= 2
+    });
+    daemon.signal(libc::SIGTERM);
+    let (ok, log) = daemon.wait();
+    assert!(ok, "{log}");
+    assert!(!aged.exists(), "a window older than --retain is removed");
+    assert!(
+        !big.exists(),
+        "the oldest windows go to stay under --max-disk"
+    );
+    assert!(foreign.exists(), "never deletes what it did not write");
+    let status: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert!(status["windows_removed"].as_u64().unwrap() >= 2, "{status}");
+}
+
+#[test]
+fn a_killed_daemon_is_cleaned_up_after_by_the_next() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("out");
+    let state = work.path().join("state");
+    let before = read_sysctl("kernel/perf_event_max_stack");
+    // A busy JVM that sparkprof asks for a perf map (--no-java-walk: the
+    // fallback for JVMs whose structures it cannot read).
+    let classes = tempfile::tempdir().unwrap();
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(classes.path())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JavaChains.java"))
+        .status()
+        .expect("javac (a JDK) is required");
+    assert!(status.success());
+    let jvm = Workload::start_ready(
+        Path::new("java"),
+        &[
+            "-cp",
+            &classes.path().display().to_string(),
+            "JavaChains",
+            "60",
+            "1",
+            "0",
+        ],
+        "ready",
+    );
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid()));
+    let _ = std::fs::remove_file(&map);
+    let daemon = Daemon::start(
+        &dir,
+        &state,
+        &[
+            "--window",
+            "1",
+            "--max-stack-depth",
+            "300",
+            "--no-java-walk",
+        ],
+    );
+    wait_for(
+        "a window and the JVM's perf map",
+        Duration::from_secs(60),
+        || windows(&dir).len() >= 2 && map.exists(),
+    );
+    assert_eq!(read_sysctl("kernel/perf_event_max_stack"), "300");
+    // Its state file lists the map before the kill.
+    wait_for("the map in the state file", Duration::from_secs(10), || {
+        std::fs::read_to_string(state.join("state.json"))
+            .is_ok_and(|text| text.contains(&format!("perf-{}.map", jvm.pid())))
+    });
+    daemon.signal(libc::SIGKILL);
+    let _ = daemon.wait();
+    assert!(map.exists(), "the killed daemon could not remove the map");
+    // Left behind: the raised sysctl and the state file; and, had it been
+    // killed while writing one, a half-written window.
+    assert_eq!(read_sysctl("kernel/perf_event_max_stack"), "300");
+    assert!(state.join("state.json").exists());
+    let half = dir.join("windows/.partial-20261124T000000Z");
+    std::fs::create_dir_all(half.join("spark")).unwrap();
+    std::fs::write(half.join("spark/stage-1.cpu.folded"), "a;b 1\n").unwrap();
+    let written = windows(&dir).len();
+    // The next one undoes it and goes on in the same directory.
+    let next = Daemon::start(&dir, &state, &["--window", "1"]);
+    wait_for("the next daemon's window", Duration::from_secs(30), || {
+        windows(&dir).len() > written
+    });
+    assert_eq!(read_sysctl("kernel/perf_event_max_stack"), before);
+    assert!(!half.exists(), "the half-written window is removed");
+    assert!(
+        !map.exists(),
+        "the perf map the killed daemon caused is removed"
+    );
+    drop(jvm);
+    next.signal(libc::SIGTERM);
+    let (ok, log) = next.wait();
+    assert!(ok, "{log}");
+    assert!(log.contains("restored to"), "{log}");
+    assert!(log.contains("half-written windows"), "{log}");
+}
+
+#[test]
+fn bad_directories_are_refused_clearly() {
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("state");
+    let file = work.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let link = work.path().join("a-link");
+    std::os::unix::fs::symlink(work.path(), &link).unwrap();
+    for (dir, says) in [
+        (file.clone(), "not a directory"),
+        (link.clone(), "symbolic link"),
+        (PathBuf::from("/proc/self/sparkprof"), "cannot be created"),
+    ] {
+        let (ok, log) = Daemon::start(&dir, &state, &["--duration", "1"]).wait();
+        assert!(!ok, "{}: accepted:\n{log}", dir.display());
+        assert!(log.contains(says), "{}: {log}", dir.display());
+        assert!(!log.contains("panicked"), "{log}");
+    }
+    // A second daemon on the same directory.
+    let dir = work.path().join("out");
+    let first = Daemon::start(&dir, &state, &[]);
+    wait_for("the first daemon's lock", Duration::from_secs(30), || {
+        dir.join(".sparkprof-daemon.lock").exists()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let (ok, log) = Daemon::start(&dir, &work.path().join("state2"), &["--duration", "1"]).wait();
+    assert!(
+        !ok && log.contains("another sparkprof daemon writes here"),
+        "{log}"
+    );
+    first.signal(libc::SIGTERM);
+    assert!(first.wait().0);
+}
+
+#[test]
+fn systemd_verifies_the_unit() {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/sparkprof.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    // The unit runs /usr/local/bin/sparkprof (where the README installs
+    // it); here, the binary under test.
+    let text = text.replace(
+        "/usr/local/bin/sparkprof",
+        &sparkprof_bin().display().to_string(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("sparkprof.service");
+    std::fs::write(&copy, text).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .expect("systemd-analyze (Debian's systemd) is required");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{said}"
+    );
+    let ours: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("sparkprof.service"))
+        .collect();
+    assert!(ours.is_empty(), "systemd-analyze verify warns:\n{said}");
+}

@@ -1,0 +1,283 @@
+//! Section 9 of `cargo xtask bench`: a soak of `sparkprof daemon`.
+//!
+//! The daemon runs with 10 s windows and `--off-cpu` for [`SOAK`] under a
+//! churn load: [`NATIVE_RATE`] short-lived native processes per second
+//! (`xtask/bench/soak/churn.c`), [`PYTHON_RATE`] short-lived CPython
+//! processes per second (forked by `py_churn.py`), a JVM started every
+//! [`JVM_EVERY`] that lives a few seconds (the tests' `JavaChains`), and
+//! the tests' stand-in Spark executor, restarted as it ends, whose task
+//! threads are renamed like Spark's. Every [`SAMPLE_EVERY`] the daemon's
+//! RSS and CPU are read from `/proc`. Targets (issue 17): RSS at the end
+//! within 10 % of RSS after the first two minutes, and below 128 MiB.
+
+use std::{
+    fs,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{Bench, compile_c, pause, progress, spawn_logged};
+use crate::{run_cmd, workspace_root};
+
+/// How long the daemon runs under the load.
+const SOAK: Duration = Duration::from_secs(630);
+/// How often its RSS and CPU are read.
+const SAMPLE_EVERY: Duration = Duration::from_secs(30);
+/// RSS after this long is the reference.
+const SETTLED: Duration = Duration::from_secs(120);
+const NATIVE_RATE: u32 = 200;
+const PYTHON_RATE: u32 = 50;
+const JVM_EVERY: Duration = Duration::from_secs(20);
+const WINDOW_SECS: u32 = 10;
+/// Targets.
+const TARGET_GROWTH_PERCENT: f64 = 10.0;
+const TARGET_RSS_MIB: f64 = 128.0;
+
+/// One reading of the daemon.
+pub struct Reading {
+    at: Duration,
+    rss_mib: f64,
+    /// CPU (user + system) since the previous reading, % of one core.
+    cpu_percent: f64,
+}
+
+pub struct SoakReport {
+    readings: Vec<Reading>,
+    windows: usize,
+    jvms: usize,
+    executors: usize,
+    status: String,
+}
+
+/// Kills a load process when dropped.
+struct Load(Child);
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (RSS in MiB, CPU seconds) of `pid`.
+fn usage(pid: u32) -> Result<(f64, f64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("the daemon (pid {pid}) is gone"))?;
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // After the comm: state is field 3, utime 14, stime 15, rss 24.
+    let field = |n: usize| -> f64 {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let ticks = 100.0;
+    let page_mib = 4096.0 / (1 << 20) as f64;
+    Ok((field(24) * page_mib, (field(14) + field(15)) / ticks))
+}
+
+pub fn measure(bench: &Bench) -> Result<SoakReport> {
+    let dir = bench.scratch.join("soak");
+    fs::create_dir_all(&dir)?;
+    let churn = compile_c("soak/churn", &dir, &[]).context("compiling the churn workload")?;
+    let classes = dir.join("classes");
+    fs::create_dir_all(&classes)?;
+    run_cmd(
+        Command::new("javac")
+            .arg("-d")
+            .arg(&classes)
+            .arg(workspace_root().join("tests/workloads/JavaChains.java"))
+            .arg(workspace_root().join("tests/workloads/spark/CoarseGrainedExecutorBackend.java")),
+    )
+    .context("compiling the JVM workloads (needs a JDK 17+: javac)")?;
+    let out = dir.join("daemon");
+    let daemon_log = dir.join("daemon.log");
+    let mut daemon = spawn_logged(
+        Command::new(&bench.sparkprof)
+            .args(["daemon", "--off-cpu", "--window", &WINDOW_SECS.to_string()])
+            .arg("--output")
+            .arg(&out)
+            .arg("--state-dir")
+            .arg(dir.join("state")),
+        &daemon_log,
+    )?;
+    let pid = daemon.id();
+    let _native = Load(
+        Command::new(&churn)
+            .arg(NATIVE_RATE.to_string())
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    let _python = Load(
+        Command::new("python3")
+            .arg(workspace_root().join("xtask/bench/soak/py_churn.py"))
+            .arg(PYTHON_RATE.to_string())
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    let started = Instant::now();
+    let mut readings = Vec::new();
+    let mut last = (started, usage(pid)?.1);
+    let mut next_reading = started + SAMPLE_EVERY;
+    let mut next_jvm = started;
+    let (mut jvms, mut executors) = (0, 0);
+    let mut jvm: Option<Load> = None;
+    let mut executor: Option<Load> = None;
+    while started.elapsed() < SOAK {
+        if let Ok(Some(status)) = daemon.try_wait() {
+            bail!(
+                "the daemon exited during the soak ({status}); its log is {}",
+                daemon_log.display()
+            );
+        }
+        if Instant::now() >= next_jvm {
+            next_jvm += JVM_EVERY;
+            drop(jvm.take());
+            jvm = Some(Load(
+                Command::new("java")
+                    .arg("-cp")
+                    .arg(&classes)
+                    .args(["JavaChains", "5", "2", "10"])
+                    .stdout(Stdio::null())
+                    .spawn()?,
+            ));
+            jvms += 1;
+        }
+        let executor_done = executor
+            .as_mut()
+            .is_none_or(|e| e.0.try_wait().ok().flatten().is_some());
+        if executor_done {
+            executor = Some(Load(
+                Command::new("java")
+                    .arg("-cp")
+                    .arg(&classes)
+                    .arg("org.apache.spark.executor.CoarseGrainedExecutorBackend")
+                    .args(["--driver-url", "spark://CoarseGrainedScheduler@127.0.0.1:1"])
+                    .args(["--executor-id", "7", "--hostname", "127.0.0.1"])
+                    .args([
+                        "--cores",
+                        "2",
+                        "--app-id",
+                        &format!("app-soak-{executors:04}"),
+                    ])
+                    .args(["--resourceProfileId", "0", "--seconds", "45"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()?,
+            ));
+            executors += 1;
+        }
+        if Instant::now() >= next_reading {
+            next_reading += SAMPLE_EVERY;
+            let (rss_mib, cpu) = usage(pid)?;
+            let now = Instant::now();
+            let cpu_percent = 100.0 * (cpu - last.1) / now.duration_since(last.0).as_secs_f64();
+            last = (now, cpu);
+            let at = started.elapsed();
+            progress(&format!(
+                "[soak] {:>4.0} s: RSS {rss_mib:.1} MiB, CPU {cpu_percent:.2} % of a core",
+                at.as_secs_f64()
+            ));
+            readings.push(Reading {
+                at,
+                rss_mib,
+                cpu_percent,
+            });
+        }
+        pause(Duration::from_millis(500))?;
+    }
+    drop(jvm);
+    drop(executor);
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while daemon.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            bail!("the daemon did not stop within 120 s of SIGTERM");
+        }
+        pause(Duration::from_millis(200))?;
+    }
+    let windows = fs::read_dir(out.join("windows"))
+        .map(|entries| entries.count())
+        .unwrap_or(0);
+    let status = Command::new(&bench.sparkprof)
+        .arg("status")
+        .arg(&out)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let _ = fs::remove_dir_all(&out);
+    Ok(SoakReport {
+        readings,
+        windows,
+        jvms,
+        executors,
+        status,
+    })
+}
+
+impl SoakReport {
+    fn rss_at(&self, at: Duration) -> f64 {
+        self.readings
+            .iter()
+            .find(|r| r.at >= at)
+            .or(self.readings.last())
+            .map_or(0.0, |r| r.rss_mib)
+    }
+
+    pub fn markdown(&self) -> String {
+        let settled = self.rss_at(SETTLED);
+        let end = self.readings.last().map_or(0.0, |r| r.rss_mib);
+        let peak = self.readings.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
+        let growth = 100.0 * (end / settled - 1.0);
+        let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+        let mut text = format!(
+            "### 9. Soak (`sparkprof daemon` for {:.0} min under process churn)\n\n\
+             `sparkprof daemon --off-cpu --window {WINDOW_SECS}` for {:.0} s while {NATIVE_RATE} \
+             short-lived native processes per second (`xtask/bench/soak/churn.c`) and \
+             {PYTHON_RATE} short-lived CPython processes per second (forked by `py_churn.py`) \
+             come and go, a JVM starts every {:.0} s and lives 5 s ({} JVMs), and the tests' \
+             stand-in Spark executor runs tasks in threads renamed like Spark's, 45 s per \
+             application ({} applications). Its RSS and CPU (`/proc/PID/stat`) every {:.0} s:\n\n\
+             | time, s | RSS, MiB | CPU since the previous reading, % of a core |\n\
+             |--:|--:|--:|\n",
+            SOAK.as_secs_f64() / 60.0,
+            SOAK.as_secs_f64(),
+            JVM_EVERY.as_secs_f64(),
+            self.jvms,
+            self.executors,
+            SAMPLE_EVERY.as_secs_f64(),
+        );
+        for r in &self.readings {
+            text += &format!(
+                "| {:.0} | {:.1} | {:.2} |\n",
+                r.at.as_secs_f64(),
+                r.rss_mib,
+                r.cpu_percent
+            );
+        }
+        text += &format!(
+            "\n| figure | value | target |\n|---|--:|---|\n\
+             | RSS after {:.0} s | {settled:.1} MiB |  |\n\
+             | RSS at the end | {end:.1} MiB | within {TARGET_GROWTH_PERCENT} % of the first: {} ({growth:+.1} %) |\n\
+             | peak RSS | {peak:.1} MiB | below {TARGET_RSS_MIB} MiB: {} |\n\
+             | windows kept | {} |  |\n",
+            SETTLED.as_secs_f64(),
+            verdict(growth.abs() <= TARGET_GROWTH_PERCENT),
+            verdict(peak < TARGET_RSS_MIB),
+            self.windows,
+        );
+        if !self.status.is_empty() {
+            text += &format!(
+                "\n`sparkprof status` at the end:\n\n```text\n{}```\n",
+                self.status
+            );
+        }
+        text
+    }
+}
