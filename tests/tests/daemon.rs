@@ -379,10 +379,27 @@ fn bad_directories_are_refused_clearly() {
     std::fs::write(&file, "x").unwrap();
     let link = work.path().join("a-link");
     std::os::unix::fs::symlink(work.path(), &link).unwrap();
+    // A read-only file system (root may write anywhere else).
+    let read_only = work.path().join("read-only");
+    std::fs::create_dir_all(&read_only).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"])
+        .arg(&read_only)
+        .status()
+        .expect("mount");
+    assert!(mounted.success(), "mounting a read-only tmpfs");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(read_only.clone());
     for (dir, says) in [
         (file.clone(), "not a directory"),
         (link.clone(), "symbolic link"),
         (PathBuf::from("/proc/self/sparkprof"), "cannot be created"),
+        (read_only.clone(), "is not writable"),
     ] {
         let (ok, log) = Daemon::start(&dir, &state, &["--duration", "1"]).wait();
         assert!(!ok, "{}: accepted:\n{log}", dir.display());

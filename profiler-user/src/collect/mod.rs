@@ -6,6 +6,7 @@
 //! addresses with a count. Nothing here knows about processes, symbols or
 //! files; later stages take it from there.
 
+pub mod bounded;
 pub mod btf;
 pub mod hotspot;
 pub mod object;

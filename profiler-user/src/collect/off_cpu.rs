@@ -29,7 +29,8 @@ use profiler_common::{
 use tracing::{debug, warn};
 
 use super::{
-    CollectError, RawPythonStack, RawSample, RawStack, SampleKind, comm_to_string, take_map,
+    CollectError, RawPythonStack, RawSample, RawStack, SampleKind, bounded::TwoGenerations,
+    comm_to_string, take_map,
 };
 
 /// What the off-CPU recorder counts.
@@ -148,11 +149,12 @@ pub struct OffCpuRecorder {
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
     slot_mask: u32,
-    /// Stacks read so far, by id (user) or hash (kernel): neither map is
-    /// cleared during a recording.
-    stack_cache: StdHashMap<u64, RawStack>,
-    kernel_stack_cache: StdHashMap<u64, RawStack>,
-    python_stack_cache: StdHashMap<u64, Option<RawPythonStack>>,
+    /// Stacks read so far, by hash, as the rings sent them: bounded to
+    /// twice the entries of their kernel map (the kernel's LRU map still
+    /// has a stack userspace let go of, unless it evicted it too).
+    stack_cache: TwoGenerations<RawStack>,
+    kernel_stack_cache: TwoGenerations<RawStack>,
+    python_stack_cache: TwoGenerations<Option<RawPythonStack>>,
     stack_depth: usize,
 }
 
@@ -204,9 +206,15 @@ impl OffCpuRecorder {
             thread_slots: take_map(ebpf, names::OFFCPU_START)?,
             watched: StdHashMap::new(),
             slot_mask: globals.slot_mask,
-            stack_cache: StdHashMap::new(),
-            kernel_stack_cache: StdHashMap::new(),
-            python_stack_cache: StdHashMap::new(),
+            stack_cache: TwoGenerations::new(
+                profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES as usize,
+            ),
+            kernel_stack_cache: TwoGenerations::new(
+                profiler_common::OFFCPU_KERNEL_STACK_ENTRIES as usize,
+            ),
+            python_stack_cache: TwoGenerations::new(
+                profiler_common::OFFCPU_PY_STACK_ENTRIES as usize,
+            ),
             stack_depth: stack_depth as usize,
         })
     }
@@ -398,7 +406,7 @@ fn kernel_frames(stack: &OffCpuKernelStack, depth: usize) -> RawStack {
 /// (which the rings fill), else from `map`. `None` for hash `0` (no stack);
 /// [`STACK_LOST`], or a hash found nowhere, reads as `lost(errno)`, logged.
 fn cached_lookup<V: aya::Pod, T: Clone>(
-    cache: &mut StdHashMap<u64, T>,
+    cache: &mut TwoGenerations<T>,
     map: &HashMap<MapData, u64, V>,
     hash: u64,
     (what, lost): (&str, fn(i32) -> T),
@@ -410,7 +418,7 @@ fn cached_lookup<V: aya::Pod, T: Clone>(
     if hash == STACK_LOST {
         return Some(lost(libc::ENOSPC));
     }
-    if let Some(stack) = cache.get(&hash) {
+    if let Some(stack) = cache.get(hash) {
         return Some(stack.clone());
     }
     let stack = match map.get(&hash, 0) {

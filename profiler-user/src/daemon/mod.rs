@@ -179,6 +179,8 @@ impl Daemon {
             &mut session.pipeline.writer,
             Writer::new(next_dir, write_options(&self.options.record)),
         );
+        // The window's index lists the JVMs that exited in it: now they go.
+        session.pipeline.runtimes.jvm.forget_exited_walks();
         let samples = header.stats.samples;
         let in_window = samples.saturating_sub(self.window_samples_before);
         self.window_samples_before = samples;

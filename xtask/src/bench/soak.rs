@@ -83,7 +83,8 @@ fn usage(pid: u32) -> Result<(f64, f64)> {
 
 pub fn measure(bench: &Bench) -> Result<SoakReport> {
     let dir = bench.scratch.join("soak");
-    fs::create_dir_all(&dir)?;
+    // compile_c puts `soak/churn` under `dir`.
+    fs::create_dir_all(dir.join("soak"))?;
     let churn = compile_c("soak/churn", &dir, &[]).context("compiling the churn workload")?;
     let classes = dir.join("classes");
     fs::create_dir_all(&classes)?;

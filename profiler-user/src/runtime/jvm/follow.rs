@@ -61,8 +61,11 @@ pub struct JvmRuntime {
     jit: JitSymbolizer,
     /// Per JVM (pid), how its Java frames are walked.
     walkers: BTreeMap<u32, Walker>,
-    /// Every JVM seen, how its Java frames were walked (for index.json).
+    /// Every JVM seen, how its Java frames were walked (for index.json);
+    /// an exited JVM's entry stays until [`Self::forget_exited_walks`].
     walks: BTreeMap<u32, JavaWalk>,
+    /// JVMs that exited since then.
+    exited_walks: Vec<u32>,
     /// This drain's addresses in JVM code caches.
     jit_addrs: HashSet<(u32, u64)>,
     /// This drain's batches, one per JVM, named in [`RuntimeFrames::resolve`].
@@ -86,6 +89,7 @@ impl JvmRuntime {
             walkers: BTreeMap::new(),
             walk: options.walk,
             walks: BTreeMap::new(),
+            exited_walks: Vec::new(),
             jit_addrs: HashSet::new(),
             batches: Vec::new(),
             compiling: HashSet::new(),
@@ -112,6 +116,14 @@ impl JvmRuntime {
     /// How each JVM seen had its Java frames walked, by pid.
     pub fn java_walks(&self) -> BTreeMap<u32, JavaWalk> {
         self.walks.clone()
+    }
+
+    /// Drops the reports of JVMs that exited (a daemon's window has listed
+    /// them): what is kept stays as large as the JVMs running.
+    pub fn forget_exited_walks(&mut self) {
+        for pid in self.exited_walks.drain(..) {
+            self.walks.remove(&pid);
+        }
     }
 
     /// Reads what the kernel's walker needs from JVM `pid` and hands it
@@ -215,7 +227,9 @@ impl Runtime for JvmRuntime {
     }
 
     fn exited(&mut self, process: &ProcessInfo) {
-        self.walkers.remove(&process.pid);
+        if self.walkers.remove(&process.pid).is_some() {
+            self.exited_walks.push(process.pid);
+        }
         self.names.forget(process.pid);
         self.jit.evict(process);
     }
