@@ -427,18 +427,10 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
 
     let started = Instant::now();
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut drain_tick = tokio::time::interval(options.drain_interval);
-    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    drain_tick.tick().await;
+    let mut drain_tick = drain_ticks(options.drain_interval).await;
     let mut last_flush = Instant::now();
     let mut interrupted = false;
     loop {
-        let until_deadline = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = drain_tick.tick() => {
                 session.pipeline.step();
@@ -455,7 +447,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                 interrupted = true;
                 break;
             }
-            _ = until_deadline => break,
+            _ = until(deadline) => break,
         }
     }
     session.pipeline.finish();
@@ -503,6 +495,23 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
         elapsed: started.elapsed(),
         interrupted,
     })
+}
+
+/// A tick every `interval` to drain at, the immediate first one taken; a
+/// late tick delays the next ones (drains never bunch up).
+pub(crate) async fn drain_ticks(interval: Duration) -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    ticks
+}
+
+/// Sleeps until `deadline`; forever without one.
+pub(crate) async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Drops the collector (detaching its programs) on a thread of its own;

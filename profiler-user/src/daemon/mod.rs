@@ -39,8 +39,8 @@ use tracing::{error, info, warn};
 
 use crate::{
     record::{
-        ProcessEvents, RecordError, RecordOptions, Session, detach_in_background, join_detach,
-        write_options,
+        ProcessEvents, RecordError, RecordOptions, Session, detach_in_background, drain_ticks,
+        join_detach, until, write_options,
     },
     write::Writer,
 };
@@ -318,19 +318,11 @@ pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
         .record
         .duration
         .map(|d| tokio::time::Instant::now() + d);
-    let mut drain_tick = tokio::time::interval(options.record.drain_interval);
-    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    drain_tick.tick().await;
+    let mut drain_tick = drain_ticks(options.record.drain_interval).await;
     let watchdog_every = Notifier::watchdog_interval().unwrap_or(Duration::from_secs(3600));
     let mut watchdog_tick = tokio::time::interval(watchdog_every);
     let mut window_end = tokio::time::Instant::now() + options.window;
     loop {
-        let until_deadline = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = drain_tick.tick() => {
                 session.pipeline.step();
@@ -356,7 +348,7 @@ pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
                 info!("{name}: closing the open window and stopping");
                 break;
             }
-            _ = until_deadline => break,
+            _ = until(deadline) => break,
         }
     }
     daemon.notifier.notify("STOPPING=1");
