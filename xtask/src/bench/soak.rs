@@ -39,6 +39,10 @@ const TARGET_RSS_MIB: f64 = 128.0;
 pub struct Reading {
     at: Duration,
     rss_mib: f64,
+    /// Of the RSS: anonymous memory (its heap and buffers) and file pages
+    /// (its own code, paged in as code paths first run, and shared files).
+    anon_mib: f64,
+    file_mib: f64,
     /// CPU (user + system) since the previous reading, % of one core.
     cpu_percent: f64,
 }
@@ -59,6 +63,22 @@ impl Drop for Load {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `RssAnon` and `RssFile` (plus `RssShmem`) of `pid`, MiB.
+fn rss_split(pid: u32) -> (f64, f64) {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        kib("RssAnon:") / 1024.0,
+        (kib("RssFile:") + kib("RssShmem:")) / 1024.0,
+    )
 }
 
 /// (RSS in MiB, CPU seconds) of `pid`.
@@ -176,17 +196,21 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
         if Instant::now() >= next_reading {
             next_reading += SAMPLE_EVERY;
             let (rss_mib, cpu) = usage(pid)?;
+            let (anon_mib, file_mib) = rss_split(pid);
             let now = Instant::now();
             let cpu_percent = 100.0 * (cpu - last.1) / now.duration_since(last.0).as_secs_f64();
             last = (now, cpu);
             let at = started.elapsed();
             progress(&format!(
-                "[soak] {:>4.0} s: RSS {rss_mib:.1} MiB, CPU {cpu_percent:.2} % of a core",
+                "[soak] {:>4.0} s: RSS {rss_mib:.1} MiB (anonymous {anon_mib:.1}, files {file_mib:.1}), \
+                 CPU {cpu_percent:.2} % of a core",
                 at.as_secs_f64()
             ));
             readings.push(Reading {
                 at,
                 rss_mib,
+                anon_mib,
+                file_mib,
                 cpu_percent,
             });
         }
@@ -236,6 +260,9 @@ impl SoakReport {
         let end = self.readings.last().map_or(0.0, |r| r.rss_mib);
         let peak = self.readings.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
         let growth = 100.0 * (end / settled - 1.0);
+        let anon = |r: Option<&Reading>| r.map_or(0.0, |r| r.anon_mib);
+        let anon_settled = anon(self.readings.iter().find(|r| r.at >= SETTLED));
+        let anon_end = anon(self.readings.last());
         let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
         let mut text = format!(
             "### 9. Soak (`sparkprof daemon` for {:.0} min under process churn)\n\n\
@@ -245,8 +272,8 @@ impl SoakReport {
              come and go, a JVM starts every {:.0} s and lives 5 s ({} JVMs), and the tests' \
              stand-in Spark executor runs tasks in threads renamed like Spark's, 45 s per \
              application ({} applications). Its RSS and CPU (`/proc/PID/stat`) every {:.0} s:\n\n\
-             | time, s | RSS, MiB | CPU since the previous reading, % of a core |\n\
-             |--:|--:|--:|\n",
+             | time, s | RSS, MiB | of which anonymous (`RssAnon`) | of which files and shared (`RssFile` + `RssShmem`: its code as first run, the kernel's rings) | CPU since the previous reading, % of a core |\n\
+             |--:|--:|--:|--:|--:|\n",
             SOAK.as_secs_f64() / 60.0,
             SOAK.as_secs_f64(),
             JVM_EVERY.as_secs_f64(),
@@ -256,9 +283,11 @@ impl SoakReport {
         );
         for r in &self.readings {
             text += &format!(
-                "| {:.0} | {:.1} | {:.2} |\n",
+                "| {:.0} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
                 r.at.as_secs_f64(),
                 r.rss_mib,
+                r.anon_mib,
+                r.file_mib,
                 r.cpu_percent
             );
         }
@@ -267,10 +296,13 @@ impl SoakReport {
              | RSS after {:.0} s | {settled:.1} MiB |  |\n\
              | RSS at the end | {end:.1} MiB | within {TARGET_GROWTH_PERCENT} % of the first: {} ({growth:+.1} %) |\n\
              | peak RSS | {peak:.1} MiB | below {TARGET_RSS_MIB} MiB: {} |\n\
+             | anonymous memory after {:.0} s, at the end | {anon_settled:.1} MiB, {anon_end:.1} MiB ({:+.1} %) |  |\n\
              | windows kept | {} |  |\n",
             SETTLED.as_secs_f64(),
             verdict(growth.abs() <= TARGET_GROWTH_PERCENT),
             verdict(peak < TARGET_RSS_MIB),
+            SETTLED.as_secs_f64(),
+            100.0 * (anon_end / anon_settled.max(f64::MIN_POSITIVE) - 1.0),
             self.windows,
         );
         if !self.status.is_empty() {
