@@ -289,11 +289,11 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Checks what a recording needs, loads the programs, takes on the
-    /// processes already running and starts sampling, with the write
-    /// stage writing into `writer_dir`.
+    /// Loads the programs, takes on the processes already running and
+    /// starts sampling, with the write stage writing into `writer_dir`.
+    /// The options are checked first ([`check_options`]), before the
+    /// caller claims its output.
     pub(crate) fn start(options: &RecordOptions, writer_dir: &Path) -> Result<Self, RecordError> {
-        check_options(options)?;
         let signals = StopSignals::install()?;
         // Declared before the collector so it is dropped (restored) after the
         // perf events are closed.
@@ -395,7 +395,7 @@ pub(crate) fn write_options(options: &RecordOptions) -> WriteOptions {
 }
 
 /// Refuses options no recording can run with, before anything changes.
-fn check_options(options: &RecordOptions) -> Result<(), RecordError> {
+pub(crate) fn check_options(options: &RecordOptions) -> Result<(), RecordError> {
     let missing = Capabilities::current().missing_for_record();
     if !missing.is_empty() {
         return Err(RecordError::MissingCapabilities(missing));

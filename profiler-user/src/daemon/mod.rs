@@ -39,8 +39,8 @@ use tracing::{error, info, warn};
 
 use crate::{
     record::{
-        ProcessEvents, RecordError, RecordOptions, Session, detach_in_background, drain_ticks,
-        join_detach, until, write_options,
+        ProcessEvents, RecordError, RecordOptions, Session, check_options, detach_in_background,
+        drain_ticks, join_detach, until, write_options,
     },
     write::Writer,
 };
@@ -195,9 +195,7 @@ impl Daemon {
                 );
                 self.said_disk_full = true;
             }
-            self.status.windows_skipped += 1;
-            self.status.samples_not_written += in_window;
-            self.window.discard();
+            self.skip_window(in_window);
             None
         } else {
             self.said_disk_full = false;
@@ -217,7 +215,7 @@ impl Daemon {
         self.status.rollups_removed += removed.rollups as u64;
         self.status.samples = samples;
         self.status.samples_dropped = header.stats.dropped_count_map_full;
-        self.status.disk_used_bytes = retention::disk_usage(&self.dir.path);
+        self.status.disk_used_bytes = removed.used_bytes;
         self.status.measure_self();
         if let Err(err) = self.status.write(&self.dir.path) {
             warn!("cannot write status.json: {err}");
@@ -255,12 +253,17 @@ impl Daemon {
                     "window {} not written: {err}",
                     windows::window_name(self.window.start)
                 );
-                self.window.discard();
-                self.status.windows_skipped += 1;
-                self.status.samples_not_written += in_window;
+                self.skip_window(in_window);
                 None
             }
         }
+    }
+
+    /// Drops the open window unwritten; its samples are counted as such.
+    fn skip_window(&mut self, in_window: u64) {
+        self.window.discard();
+        self.status.windows_skipped += 1;
+        self.status.samples_not_written += in_window;
     }
 }
 
@@ -271,7 +274,7 @@ fn host_changes(session: &Session) -> HostChanges {
         sysctl: session.raised.as_ref().map(|raised| RaisedValue {
             name: raised.name().to_owned(),
             original: raised.original().to_owned(),
-            raised: crate::sys::sysctl::read(raised.name()).unwrap_or_default(),
+            raised: raised.value().to_owned(),
         }),
         perf_maps: session.pipeline.runtimes.jvm.created_perf_maps(),
     }
@@ -279,6 +282,8 @@ fn host_changes(session: &Session) -> HostChanges {
 
 /// Runs the daemon until SIGTERM, SIGINT or SIGHUP (or `duration`).
 pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
+    // Before anything on disk or on the host changes.
+    check_options(&options.record)?;
     let dir = DaemonDir::claim(&options.record.output)?;
     let mut state = StateFile::recover_and_claim(&options.state_dir)?;
     let window = Window::open(&dir.path, SystemTime::now()).map_err(|source| DaemonError::Io {

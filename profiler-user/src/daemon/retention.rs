@@ -14,11 +14,12 @@ use tracing::{info, warn};
 
 use super::{rollup, windows};
 
-/// What a retention pass removed.
+/// What a retention pass removed, and the bytes `dir` holds after it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Removed {
     pub windows: usize,
     pub rollups: usize,
+    pub used_bytes: u64,
 }
 
 /// Bytes under `path` (files' sizes; symlinks are not followed).
@@ -101,7 +102,8 @@ pub fn enforce(dir: &Path, max_bytes: u64, retain: Duration, keep: Option<&str>)
             }
         }
     }
-    if removed != Removed::default() {
+    removed.used_bytes = used;
+    if removed.windows + removed.rollups > 0 {
         info!(
             windows = removed.windows,
             rollups = removed.rollups,

@@ -48,6 +48,7 @@ pub fn write_retrying_busy(name: &str, value: &str) -> io::Result<()> {
 pub struct RaisedSysctl {
     name: &'static str,
     original: String,
+    value: String,
 }
 
 impl RaisedSysctl {
@@ -60,6 +61,11 @@ impl RaisedSysctl {
         &self.original
     }
 
+    /// The value it was raised to.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
     /// Raises `name` to `value` if it is currently lower. Returns `None` when
     /// it already was at least `value` (nothing to restore).
     pub fn raise_to(name: &'static str, value: u64) -> io::Result<Option<Self>> {
@@ -68,9 +74,14 @@ impl RaisedSysctl {
         if current >= value {
             return Ok(None);
         }
-        write_retrying_busy(name, &value.to_string())?;
+        let value = value.to_string();
+        write_retrying_busy(name, &value)?;
         info!("{name}: raised from {current} to {value} for this recording");
-        Ok(Some(Self { name, original }))
+        Ok(Some(Self {
+            name,
+            original,
+            value,
+        }))
     }
 }
 

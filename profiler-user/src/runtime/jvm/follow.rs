@@ -129,44 +129,10 @@ impl JvmRuntime {
     /// Reads what the kernel's walker needs from JVM `pid` and hands it
     /// over; a JVM not initialised yet is tried again next drain.
     fn try_walk(&mut self, pid: u32, collector: &mut Collector) {
-        if !self.walk {
-            self.walks.insert(
-                pid,
-                JavaWalk {
-                    walked: false,
-                    reason: Some("--no-java-walk".into()),
-                },
-            );
-            self.walkers
-                .insert(pid, Walker::FramePointers("--no-java-walk".into()));
-            return;
-        }
-        let attempt = HotspotProcess::read(pid)
-            .and_then(|process| Ok((process.proc_info()?, process)))
-            .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
-            .and_then(|(info, process)| {
-                collector
-                    .watch_hotspot(pid, &info)
-                    .map(|()| process)
-                    .map_err(|err| (false, err.to_string()))
-            });
-        let since = match self.walkers.get(&pid) {
-            Some(Walker::Pending { since, .. }) => *since,
-            _ => Instant::now(),
-        };
-        let walker = match attempt {
-            Ok(process) => {
-                info!(pid, "Java frames walked from HotSpot's own structures");
-                Walker::Walked(Box::new(process))
-            }
-            Err((true, last)) if since.elapsed() < HOTSPOT_READY_WITHIN => {
-                debug!(pid, "HotSpot structures not ready: {last}");
-                Walker::Pending { since, last }
-            }
-            Err((_, reason)) => {
-                info!(pid, "Java frames by frame pointers only: {reason}");
-                Walker::FramePointers(reason)
-            }
+        let walker = if self.walk {
+            self.read_walker(pid, collector)
+        } else {
+            Walker::FramePointers("--no-java-walk".into())
         };
         self.walks.insert(
             pid,
@@ -182,6 +148,39 @@ impl JvmRuntime {
             },
         );
         self.walkers.insert(pid, walker);
+    }
+
+    /// How JVM `pid`'s frames can be walked now: its structures read and
+    /// handed to the kernel, not ready yet (tried again until
+    /// [`HOTSPOT_READY_WITHIN`]), or frame pointers only, and why.
+    fn read_walker(&self, pid: u32, collector: &mut Collector) -> Walker {
+        let attempt = HotspotProcess::read(pid)
+            .and_then(|process| Ok((process.proc_info()?, process)))
+            .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
+            .and_then(|(info, process)| {
+                collector
+                    .watch_hotspot(pid, &info)
+                    .map(|()| process)
+                    .map_err(|err| (false, err.to_string()))
+            });
+        let since = match self.walkers.get(&pid) {
+            Some(Walker::Pending { since, .. }) => *since,
+            _ => Instant::now(),
+        };
+        match attempt {
+            Ok(process) => {
+                info!(pid, "Java frames walked from HotSpot's own structures");
+                Walker::Walked(Box::new(process))
+            }
+            Err((true, last)) if since.elapsed() < HOTSPOT_READY_WITHIN => {
+                debug!(pid, "HotSpot structures not ready: {last}");
+                Walker::Pending { since, last }
+            }
+            Err((_, reason)) => {
+                info!(pid, "Java frames by frame pointers only: {reason}");
+                Walker::FramePointers(reason)
+            }
+        }
     }
 }
 
