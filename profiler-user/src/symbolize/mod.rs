@@ -165,9 +165,7 @@ impl Symbolizer {
                 let batch = user_batches
                     .entry(sample.process.pid)
                     .or_insert_with(|| (sample.process.clone(), Vec::new()));
-                batch
-                    .1
-                    .extend(native_addresses(stack).map(|(_, addr)| addr));
+                batch.1.extend(native_addresses(stack));
             }
             if let RawStack::Frames { ips, .. } = &sample.raw.kernel {
                 kernel_addrs.extend(lookup_addresses(ips));
@@ -229,31 +227,10 @@ impl Symbolizer {
         let mut frames = Vec::new();
         match user {
             RawStack::Frames { ips, truncated } => {
-                // Leaf first. An address outside code is a garbage return
-                // address (read where no frame pointer was kept): never a
-                // frame. Where the walk ends outside code, it is cut after
-                // its outermost code frame, and marked. (A lone garbage
-                // frame in the middle, which the frame-record scan of
-                // off-CPU walks can step over, just goes.)
-                let addrs: Vec<u64> = lookup_addresses(ips).collect();
-                let is_code: Vec<bool> = addrs
-                    .iter()
-                    .map(|&addr| self.native.is_code(process, addr))
-                    .collect();
-                let end = is_code
-                    .iter()
-                    .rposition(|&code| code)
-                    .map_or(0, |last| last + 1);
-                if end < addrs.len() {
-                    frames.push(Frame::marker(NOT_CODE_MARKER));
-                } else if *truncated {
-                    frames.push(Frame::marker("[truncated]"));
-                }
-                for index in (0..end).rev() {
-                    if is_code[index] {
-                        frames.push(self.user_frame(process, addrs[index], count, runtime));
-                    }
-                }
+                let lookups: Vec<Option<u64>> = lookup_addresses(ips).map(Some).collect();
+                frames = self.user_frames(process, &lookups, *truncated, count, runtime, |_, _| {
+                    Vec::new()
+                });
             }
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
             RawStack::Absent => {}
@@ -289,9 +266,8 @@ impl Symbolizer {
 
 impl Symbolizer {
     /// The user frames of a JVM stack the kernel walked (native and Java
-    /// frames, leaf first), root first. Native frames are named as in any
-    /// user stack, and where the walk ended outside code (a frame pointer
-    /// that was none) it is cut after its outermost code frame and marked.
+    /// frames, leaf first), root first: native frames as in any user
+    /// stack, Java frames as the runtime names them.
     fn hotspot_frames(
         &mut self,
         process: &ProcessInfo,
@@ -305,6 +281,39 @@ impl Symbolizer {
             .enumerate()
             .map(|(index, frame)| is_native(frame).then(|| lookup_address(index, frame.address)))
             .collect();
+        self.user_frames(
+            process,
+            &lookups,
+            stack.truncated,
+            count,
+            runtime,
+            |runtime, index| {
+                runtime
+                    .recorded_frames(process, &stack.frames[index], index == 0, count)
+                    .unwrap_or_else(|| vec![Frame::new("[unknown]", FrameKind::Jit)])
+            },
+        )
+    }
+
+    /// The frames of a user stack, root first, from its frames leaf first:
+    /// for each, the address to name a native frame by (see
+    /// [`lookup_addresses`]), or `None` for a frame `recorded` names (a
+    /// runtime's record, by its index).
+    ///
+    /// An address outside code is a garbage return address (read where no
+    /// frame pointer was kept): never a frame. Where the walk ends outside
+    /// code, it is cut after its outermost code frame, and marked. (A lone
+    /// garbage frame in the middle, which the frame-record scan of off-CPU
+    /// walks can step over, just goes.)
+    fn user_frames(
+        &mut self,
+        process: &ProcessInfo,
+        lookups: &[Option<u64>],
+        truncated: bool,
+        count: u64,
+        runtime: &mut dyn RuntimeFrames,
+        mut recorded: impl FnMut(&mut dyn RuntimeFrames, usize) -> Vec<Frame>,
+    ) -> Vec<Frame> {
         let is_code: Vec<bool> = lookups
             .iter()
             .map(|lookup| lookup.is_none_or(|addr| self.native.is_code(process, addr)))
@@ -314,23 +323,18 @@ impl Symbolizer {
             .rposition(|&code| code)
             .map_or(0, |last| last + 1);
         let mut frames = Vec::with_capacity(end + 1);
-        if end < stack.frames.len() {
+        if end < lookups.len() {
             frames.push(Frame::marker(NOT_CODE_MARKER));
-        } else if stack.truncated {
+        } else if truncated {
             frames.push(Frame::marker("[truncated]"));
         }
         for index in (0..end).rev() {
-            let frame = &stack.frames[index];
             match lookups[index] {
                 Some(addr) if is_code[index] => {
                     frames.push(self.user_frame(process, addr, count, runtime));
                 }
                 Some(_) => {}
-                None => frames.extend(
-                    runtime
-                        .recorded_frames(process, frame, index == 0, count)
-                        .unwrap_or_else(|| vec![Frame::new("[unknown]", FrameKind::Jit)]),
-                ),
+                None => frames.extend(recorded(runtime, index)),
             }
         }
         frames
@@ -373,15 +377,15 @@ fn is_native(frame: &HotspotFrame) -> bool {
     matches!(frame.kind, hotspot_frame::NATIVE | hotspot_frame::CODE)
 }
 
-/// The native frames of a kernel-walked JVM stack: (index, address to
-/// look up).
-fn native_addresses(stack: &RawHotspotStack) -> impl Iterator<Item = (usize, u64)> + '_ {
+/// The addresses to look up for the native frames of a kernel-walked JVM
+/// stack.
+fn native_addresses(stack: &RawHotspotStack) -> impl Iterator<Item = u64> + '_ {
     stack
         .frames
         .iter()
         .enumerate()
         .filter(|(_, frame)| is_native(frame))
-        .map(|(index, frame)| (index, lookup_address(index, frame.address)))
+        .map(|(index, frame)| lookup_address(index, frame.address))
 }
 
 /// The address to look up for the frame at `index` of a leaf-first stack

@@ -456,11 +456,21 @@ pub(crate) fn cpu_time(pid: i32) -> Result<Duration> {
 
 /// Peak resident set size so far.
 pub(crate) fn vm_hwm_kib(pid: i32) -> Result<u64> {
+    Ok(status_kib(pid, &["VmHWM"])?[0])
+}
+
+/// Memory figures (`VmRSS`, `RssAnon`, ...) of `/proc/PID/status`, in KiB,
+/// in the order asked for.
+pub(crate) fn status_kib(pid: i32, keys: &[&str]) -> Result<Vec<u64>> {
     let path = format!("/proc/{pid}/status");
     let status = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("no VmHWM in {path}"))
+    keys.iter()
+        .map(|key| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+                .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+                .with_context(|| format!("no {key} in {path}"))
+        })
+        .collect()
 }

@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{Bench, compile_c, pause, progress, spawn_logged};
+use super::{Bench, compile_c, cpu_time, pause, progress, spawn_logged, status_kib};
 use crate::{run_cmd, workspace_root};
 
 /// How long the daemon runs under the load.
@@ -65,40 +65,13 @@ impl Drop for Load {
     }
 }
 
-/// `RssAnon` and `RssFile` (plus `RssShmem`) of `pid`, MiB.
-fn rss_split(pid: u32) -> (f64, f64) {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| -> f64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0.0)
-    };
-    (
-        kib("RssAnon:") / 1024.0,
-        (kib("RssFile:") + kib("RssShmem:")) / 1024.0,
-    )
-}
-
-/// (RSS in MiB, CPU seconds) of `pid`.
-fn usage(pid: u32) -> Result<(f64, f64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+/// The daemon's memory now, MiB: (RSS, of which anonymous (`RssAnon`),
+/// of which files and shared (`RssFile` + `RssShmem`)).
+fn memory_mib(pid: u32) -> Result<(f64, f64, f64)> {
+    let kib = status_kib(pid as i32, &["VmRSS", "RssAnon", "RssFile", "RssShmem"])
         .with_context(|| format!("the daemon (pid {pid}) is gone"))?;
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // After the comm: state is field 3, utime 14, stime 15, rss 24.
-    let field = |n: usize| -> f64 {
-        fields
-            .get(n - 3)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let ticks = 100.0;
-    let page_mib = 4096.0 / (1 << 20) as f64;
-    Ok((field(24) * page_mib, (field(14) + field(15)) / ticks))
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    Ok((mib(kib[0]), mib(kib[1]), mib(kib[2] + kib[3])))
 }
 
 pub fn measure(bench: &Bench) -> Result<SoakReport> {
@@ -143,7 +116,7 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
     );
     let started = Instant::now();
     let mut readings = Vec::new();
-    let mut last = (started, usage(pid)?.1);
+    let mut last = (started, cpu_time(pid as i32)?.as_secs_f64());
     let mut next_reading = started + SAMPLE_EVERY;
     let mut next_jvm = started;
     let (mut jvms, mut executors) = (0, 0);
@@ -195,8 +168,8 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
         }
         if Instant::now() >= next_reading {
             next_reading += SAMPLE_EVERY;
-            let (rss_mib, cpu) = usage(pid)?;
-            let (anon_mib, file_mib) = rss_split(pid);
+            let (rss_mib, anon_mib, file_mib) = memory_mib(pid)?;
+            let cpu = cpu_time(pid as i32)?.as_secs_f64();
             let now = Instant::now();
             let cpu_percent = 100.0 * (cpu - last.1) / now.duration_since(last.0).as_secs_f64();
             last = (now, cpu);
@@ -271,7 +244,7 @@ impl SoakReport {
              {PYTHON_RATE} short-lived CPython processes per second (forked by `py_churn.py`) \
              come and go, a JVM starts every {:.0} s and lives 5 s ({} JVMs), and the tests' \
              stand-in Spark executor runs tasks in threads renamed like Spark's, 45 s per \
-             application ({} applications). Its RSS and CPU (`/proc/PID/stat`) every {:.0} s:\n\n\
+             application ({} applications). Its RSS (`/proc/PID/status`) and CPU (`/proc/PID/stat`) every {:.0} s:\n\n\
              | time, s | RSS, MiB | of which anonymous (`RssAnon`) | of which files and shared (`RssFile` + `RssShmem`: its code as first run, the kernel's rings) | CPU since the previous reading, % of a core |\n\
              |--:|--:|--:|--:|--:|\n",
             SOAK.as_secs_f64() / 60.0,
