@@ -144,6 +144,17 @@ pub(crate) struct ProcessEvents {
 }
 
 impl Pipeline {
+    /// What every stage keeps between drains, counted.
+    pub(crate) fn held(&self) -> crate::sys::held::Held {
+        let mut held = crate::sys::held::Held::default();
+        self.collector.held(&mut held);
+        self.enricher.held(&mut held);
+        self.symbolizer.held(&mut held);
+        self.runtimes.held(&mut held);
+        self.writer.held(&mut held);
+        held
+    }
+
     /// One drain through every stage.
     pub(crate) fn step(&mut self) {
         match self.collector.drain() {

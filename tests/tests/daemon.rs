@@ -112,6 +112,33 @@ fn windows_written(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// A tmpfs mounted for a test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, options: &str) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(at)
+            .status()
+            .expect("mount");
+        assert!(mounted.success(), "mounting a tmpfs ({options})");
+        Self(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The daemon's status.json.
+fn status(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap()
+}
+
 fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ready() {
@@ -165,8 +192,7 @@ fn windows_count_every_sample_once() {
             .starts_with(".partial")),
         "a partial window was left"
     );
-    let status: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    let status = status(&dir);
     assert_eq!(status["windows_written"].as_u64(), Some(all.len() as u64));
     assert!(status["rss_bytes"].as_u64().unwrap() > 0);
     let printed = Command::new(sparkprof_bin())
@@ -284,8 +310,7 @@ fn retention_removes_the_oldest_windows_and_nothing_else() {
         "the oldest windows go to stay under --max-disk"
     );
     assert!(foreign.exists(), "never deletes what it did not write");
-    let status: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    let status = status(&dir);
     assert!(status["windows_removed"].as_u64().unwrap() >= 2, "{status}");
 }
 
@@ -380,21 +405,8 @@ fn bad_directories_are_refused_clearly() {
     let link = work.path().join("a-link");
     std::os::unix::fs::symlink(work.path(), &link).unwrap();
     // A read-only file system (root may write anywhere else).
-    let read_only = work.path().join("read-only");
-    std::fs::create_dir_all(&read_only).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"])
-        .arg(&read_only)
-        .status()
-        .expect("mount");
-    assert!(mounted.success(), "mounting a read-only tmpfs");
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(read_only.clone());
+    let read_only = Tmpfs::mount(&work.path().join("read-only"), "ro,size=1m");
+    let read_only = read_only.0.clone();
     for (dir, says) in [
         (file.clone(), "not a directory"),
         (link.clone(), "symbolic link"),
@@ -420,6 +432,91 @@ fn bad_directories_are_refused_clearly() {
     );
     first.signal(libc::SIGTERM);
     assert!(first.wait().0);
+}
+
+/// A disk nearly full (below `--min-free`), then really full (writes fail
+/// with ENOSPC): windows are not written, their samples are counted as
+/// such, the daemon says so once, writes nothing half-way and goes on; with
+/// room again, windows are written again.
+#[test]
+fn a_full_disk_stops_windows_not_the_daemon() {
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("state");
+    let chain = build_workload("chain", work.path());
+    let filler = |dir: &Path, leave: u64| {
+        let path = dir.join("someone-elses-file");
+        let free = {
+            let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+            assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut stat) }, 0);
+            stat.f_bavail * stat.f_frsize
+        };
+        std::fs::write(&path, vec![b'x'; (free - leave) as usize]).unwrap();
+        path
+    };
+    let workload = Workload::start(&chain, &["30", "1"]);
+    let pid = workload.pid().to_string();
+    let args = ["--window", "1", "--pid", &pid];
+    for (case, size, min_free, leave) in [
+        // 40 MiB free of 64, under --min-free 48.
+        ("below --min-free", "size=64m", "48", 40u64 << 20),
+        // 8 KiB free, --min-free 0: the window's files do not fit.
+        ("full", "size=4m", "0", 8 << 10),
+    ] {
+        let disk = Tmpfs::mount(&work.path().join(case.replace(' ', "-")), size);
+        let dir = disk.0.clone();
+        let planted = filler(&dir, leave);
+        let daemon = Daemon::start(
+            &dir,
+            &state,
+            &[&args[..], &["--min-free", min_free]].concat(),
+        );
+        wait_for("three windows not written", Duration::from_secs(60), || {
+            std::fs::read(dir.join("status.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|s| s["windows_skipped"].as_u64() >= Some(3))
+        });
+        let full = status(&dir);
+        assert_eq!(full["windows_written"].as_u64(), Some(0), "{case}: {full}");
+        assert!(
+            full["samples_not_written"].as_u64().unwrap() > 0,
+            "{case}: {full}"
+        );
+        assert!(windows(&dir).is_empty(), "{case}: a window was published");
+        // Room again: the next windows are written.
+        std::fs::remove_file(&planted).unwrap();
+        wait_for("a window written again", Duration::from_secs(30), || {
+            windows_written(&dir) >= 2
+        });
+        daemon.signal(libc::SIGTERM);
+        let (ok, log) = daemon.wait();
+        assert!(ok, "{case}: {log}");
+        assert!(!log.contains("panicked"), "{log}");
+        assert_eq!(
+            log.matches("windows are not written").count(),
+            1,
+            "{case}: said once:\n{log}"
+        );
+        assert!(log.contains("windows are written again"), "{case}: {log}");
+        if case == "full" {
+            assert!(log.contains("No space left on device"), "{case}: {log}");
+        }
+        // Whole windows only, each with its index; nothing half-written.
+        let published = windows(&dir);
+        assert!(published.len() >= 2, "{case}: {published:?}");
+        for window in &published {
+            assert!(window.join("index.json").exists(), "{}", window.display());
+        }
+        assert!(
+            std::fs::read_dir(dir.join("windows")).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".partial")),
+            "{case}: a partial window was left"
+        );
+    }
 }
 
 #[test]

@@ -76,8 +76,9 @@ pub(crate) use peers::*;
 pub(crate) use procs::*;
 pub(crate) use stats::*;
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]]
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTION...]] [--soak-minutes M]
   N: interleaved pairs per profiler (default 5), and Spark job pairs (default 3)
+  M: how long the soak runs (default 10.5)
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
            offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
@@ -195,6 +196,8 @@ struct Options {
     sections: Vec<Section>,
     /// Whether `--only` chose them.
     only: bool,
+    /// How long the soak section runs.
+    soak: Duration,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -272,7 +275,7 @@ pub fn run(args: &[String]) -> Result<()> {
         false => None,
     };
     let soak = match wants(Section::Soak) {
-        true => Some(soak::measure(&bench)?),
+        true => Some(soak::measure(&bench, options.soak)?),
         false => None,
     };
     let report = Report {
@@ -309,6 +312,7 @@ pub fn run(args: &[String]) -> Result<()> {
 fn parse_options(args: &[String]) -> Result<Options> {
     let mut runs = None;
     let mut only: Option<Vec<Section>> = None;
+    let mut soak = soak::DEFAULT_SOAK;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -339,6 +343,15 @@ fn parse_options(args: &[String]) -> Result<Options> {
                     }
                 }
             }
+            "--soak-minutes" => {
+                let value = value()?;
+                match value.parse::<f64>() {
+                    Ok(m) if (3.0..=24.0 * 60.0).contains(&m) => {
+                        soak = Duration::from_secs_f64(m * 60.0)
+                    }
+                    _ => bail!("--soak-minutes needs 3 to 1440 minutes, got {value:?}\n{USAGE}"),
+                }
+            }
             _ => bail!("{USAGE}"),
         }
     }
@@ -355,6 +368,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
         runs_set: runs.is_some(),
         only: only.is_some(),
         sections,
+        soak,
     })
 }
 
@@ -367,6 +381,9 @@ fn command_line(options: &Options) -> String {
     if options.only {
         let names: Vec<&str> = options.sections.iter().map(|s| s.name()).collect();
         command += &format!(" --only {}", names.join(","));
+    }
+    if options.soak != soak::DEFAULT_SOAK && options.sections.contains(&Section::Soak) {
+        command += &format!(" --soak-minutes {}", options.soak.as_secs_f64() / 60.0);
     }
     command
 }

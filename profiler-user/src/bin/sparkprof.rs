@@ -73,6 +73,11 @@ struct DaemonArgs {
     /// Hours a window is kept.
     #[arg(long, default_value_t = 72.0)]
     retain: f64,
+    /// MiB to leave free on the directory's file system: below it, windows
+    /// are not written (their samples are counted in status.json) until
+    /// there is room again.
+    #[arg(long, default_value_t = sparkprof::daemon::DEFAULT_MIN_FREE >> 20)]
+    min_free: u64,
     /// Where the state that lets a restart undo a crash is kept.
     #[arg(long, default_value = sparkprof::daemon::state::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
@@ -291,6 +296,7 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
         window: Duration::from_secs(args.window),
         max_disk_bytes: args.max_disk << 20,
         retain: Duration::from_secs_f64(args.retain * 3600.0),
+        min_free_bytes: args.min_free << 20,
         state_dir: args.state_dir,
     };
     let runtime = match tokio_runtime() {

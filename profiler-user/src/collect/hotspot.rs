@@ -93,6 +93,10 @@ impl HotspotMaps {
     }
 
     /// Stops walking an exited process's frames.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("collect.hotspot_processes", self.watched.len());
+    }
+
     pub fn forget(&mut self, pid: u32) {
         if self.watched.remove(&pid) {
             let _ = self.processes.remove(&pid);

@@ -592,6 +592,16 @@ impl Collector {
     }
 
     /// Kernel-side statistics since the start, summed over CPUs.
+    /// What the collect stage keeps between drains, counted.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        self.renames.held(held);
+        self.python.held(held);
+        self.hotspot.held(held);
+        if let Some(off_cpu) = &self.off_cpu {
+            off_cpu.held(held);
+        }
+    }
+
     pub fn stats(&self) -> KernelStats {
         let sum = |index: u32| -> u64 {
             self.stats

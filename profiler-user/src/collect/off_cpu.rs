@@ -15,7 +15,10 @@
 //! recently used entries when full. A stack lost to a full ring reads as
 //! lost, and is shown so.
 
-use std::{collections::HashMap as StdHashMap, time::Duration};
+use std::{
+    collections::HashMap as StdHashMap,
+    time::{Duration, Instant},
+};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
@@ -134,6 +137,13 @@ fn slots_for(pid_max: u32) -> u32 {
     pid_max.clamp(64, MAX_OFFCPU_SLOTS).next_power_of_two()
 }
 
+/// A stack read from the kernel stays in userspace for one to two of
+/// these after its last use. Whatever the rings sent in the current drain
+/// is always kept (the generation turns before a drain reads them); an
+/// older stack that comes back is read again from its kernel map, or, if
+/// the map let it go, sent again by the program.
+const STACK_CACHE_AGE: Duration = Duration::from_secs(60);
+
 /// The attached off-CPU programs and their maps.
 pub struct OffCpuRecorder {
     counts: [HashMap<MapData, OffCpuKey, u64>; 2],
@@ -208,12 +218,15 @@ impl OffCpuRecorder {
             slot_mask: globals.slot_mask,
             stack_cache: TwoGenerations::new(
                 profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES as usize,
+                STACK_CACHE_AGE,
             ),
             kernel_stack_cache: TwoGenerations::new(
                 profiler_common::OFFCPU_KERNEL_STACK_ENTRIES as usize,
+                STACK_CACHE_AGE,
             ),
             python_stack_cache: TwoGenerations::new(
                 profiler_common::OFFCPU_PY_STACK_ENTRIES as usize,
+                STACK_CACHE_AGE,
             ),
             stack_depth: stack_depth as usize,
         })
@@ -262,6 +275,19 @@ impl OffCpuRecorder {
         }
     }
 
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("collect.off_cpu_watched", self.watched.len());
+        held.add("collect.off_cpu_user_stacks", self.stack_cache.len());
+        held.add(
+            "collect.off_cpu_kernel_stacks",
+            self.kernel_stack_cache.len(),
+        );
+        held.add(
+            "collect.off_cpu_python_stacks",
+            self.python_stack_cache.len(),
+        );
+    }
+
     pub fn forget(&mut self, pid: u32) {
         let slot = pid & self.slot_mask;
         if self.watched.get(&slot) == Some(&pid) {
@@ -273,6 +299,10 @@ impl OffCpuRecorder {
     /// Reads the stacks the program sent since the last drain into the
     /// caches (every count names a stack sent before it was counted).
     fn take_new_stacks(&mut self) {
+        let now = Instant::now();
+        self.stack_cache.expire(now);
+        self.kernel_stack_cache.expire(now);
+        self.python_stack_cache.expire(now);
         let depth = self.stack_depth;
         let [user, kernel, python] = &mut self.new_stacks;
         while let Some(item) = user.next() {

@@ -97,6 +97,14 @@ impl PythonMaps {
     }
 
     /// Stops following an exited process.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("collect.python_processes", self.registered.len());
+        held.add(
+            "collect.python_threads",
+            self.registered.values().map(HashSet::len).sum(),
+        );
+    }
+
     pub fn forget(&mut self, pid: u32) {
         let _ = self.processes.remove(&pid);
         for tid in self.registered.remove(&pid).unwrap_or_default() {

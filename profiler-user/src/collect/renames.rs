@@ -191,6 +191,10 @@ impl RenameFeed {
     }
 
     /// Stops watching an exited process.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("collect.rename_watched", self.watched.len());
+    }
+
     pub fn forget(&mut self, pid: u32) {
         if self.watched.remove(&pid) {
             let _ = self.watch.remove(&pid);

@@ -50,9 +50,9 @@ use state::{HostChanges, RaisedValue, StateError, StateFile};
 use status::Status;
 use windows::Window;
 
-/// Below this much free space on its file system, the daemon writes no
-/// window (it keeps sampling, and says so once).
-pub const FREE_SPACE_MARGIN: u64 = 256 << 20;
+/// Below this much free space on its file system (`--min-free`), the
+/// daemon writes no window (it keeps sampling, and says so once).
+pub const DEFAULT_MIN_FREE: u64 = 256 << 20;
 
 /// Options of `sparkprof daemon`.
 #[derive(Debug, Clone)]
@@ -63,6 +63,8 @@ pub struct DaemonOptions {
     pub window: Duration,
     pub max_disk_bytes: u64,
     pub retain: Duration,
+    /// Free space to leave on the directory's file system.
+    pub min_free_bytes: u64,
     /// Where the state file that lets a restart undo a crash is kept.
     pub state_dir: PathBuf,
 }
@@ -151,7 +153,9 @@ struct Daemon {
     notifier: Notifier,
     /// Kernel samples when the open window began.
     window_samples_before: u64,
-    said_disk_full: bool,
+    /// Windows are not being written (said once, see `disk_trouble`).
+    disk_trouble: bool,
+    status_unwritable: bool,
 }
 
 impl Daemon {
@@ -185,20 +189,15 @@ impl Daemon {
         let in_window = samples.saturating_sub(self.window_samples_before);
         self.window_samples_before = samples;
         let free = retention::free_bytes(&self.dir.path).unwrap_or(u64::MAX);
-        let name = if free < FREE_SPACE_MARGIN {
-            if !self.said_disk_full {
-                warn!(
-                    "{} MiB free on the disk of {}: windows are not written (their samples \
-                     are counted in status.json) until there is more",
-                    free >> 20,
-                    self.dir.path.display()
-                );
-                self.said_disk_full = true;
-            }
+        let name = if free < self.options.min_free_bytes {
+            self.disk_trouble(&format!(
+                "{} MiB free on its disk, less than --min-free {} MiB",
+                free >> 20,
+                self.options.min_free_bytes >> 20
+            ));
             self.skip_window(in_window);
             None
         } else {
-            self.said_disk_full = false;
             self.write_window(&mut writer, &header, in_window)
         };
         for app in self.applications.take_finished() {
@@ -216,9 +215,14 @@ impl Daemon {
         self.status.samples = samples;
         self.status.samples_dropped = header.stats.dropped_count_map_full;
         self.status.disk_used_bytes = removed.used_bytes;
-        self.status.measure_self();
-        if let Err(err) = self.status.write(&self.dir.path) {
-            warn!("cannot write status.json: {err}");
+        self.status.measure_self(session.pipeline.held());
+        match self.status.write(&self.dir.path) {
+            Ok(()) => self.status_unwritable = false,
+            Err(err) if !self.status_unwritable => {
+                warn!("cannot write status.json (said once until it is written again): {err}");
+                self.status_unwritable = true;
+            }
+            Err(_) => {}
         }
         self.notifier.notify(&format!(
             "STATUS={} windows written, last {}",
@@ -246,16 +250,32 @@ impl Daemon {
                 }
                 self.status.windows_written += 1;
                 self.status.last_window = Some(name.clone());
+                if std::mem::take(&mut self.disk_trouble) {
+                    info!("window {name} written: windows are written again");
+                }
                 Some(name)
             }
             Err(err) => {
-                error!(
+                self.disk_trouble(&format!(
                     "window {} not written: {err}",
                     windows::window_name(self.window.start)
-                );
+                ));
                 self.skip_window(in_window);
                 None
             }
+        }
+    }
+
+    /// Says once, until a window is written again, why windows are not
+    /// written (a full disk would otherwise fill the journal too).
+    fn disk_trouble(&mut self, why: &str) {
+        if !self.disk_trouble {
+            error!(
+                "{}: {why}; windows are not written (their samples are counted in \
+                 status.json) until there is room",
+                self.dir.path.display()
+            );
+            self.disk_trouble = true;
         }
     }
 
@@ -306,7 +326,8 @@ pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
         applications: Applications::default(),
         notifier: Notifier::from_env(),
         window_samples_before: 0,
-        said_disk_full: false,
+        disk_trouble: false,
+        status_unwritable: false,
         options,
     };
     let options = daemon.options.clone();

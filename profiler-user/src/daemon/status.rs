@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use procfs::WithCurrentSystemInfo as _;
 
-use crate::write::{atomic, index::timestamp};
+use crate::{
+    sys::held::{Held, heap_in_use},
+    write::{atomic, index::timestamp},
+};
 
 /// The file's name in the daemon's directory.
 pub const STATUS: &str = "status.json";
@@ -33,6 +36,16 @@ pub struct Status {
     pub disk_used_bytes: u64,
     pub disk_limit_bytes: u64,
     pub rss_bytes: u64,
+    /// Of the RSS: anonymous memory (heap, stacks), and of that the C
+    /// heap in use (the rest is the allocator's free space).
+    #[serde(default)]
+    pub anon_bytes: u64,
+    #[serde(default)]
+    pub heap_in_use_bytes: u64,
+    /// Entries of each table the pipeline keeps between drains (see
+    /// `sys::held`): which one grows, if memory does.
+    #[serde(default)]
+    pub held: std::collections::BTreeMap<String, u64>,
     /// CPU time (user + system) since the start.
     pub cpu_seconds: f64,
     /// Windows and roll-ups removed by retention since the start.
@@ -54,9 +67,16 @@ impl Status {
         }
     }
 
-    /// Fills in this process's own costs now.
-    pub fn measure_self(&mut self) {
+    /// Fills in this process's own costs now, and what it holds.
+    pub fn measure_self(&mut self, held: Held) {
         self.updated = timestamp(SystemTime::now());
+        self.held = held.into_map();
+        self.heap_in_use_bytes = heap_in_use();
+        if let Ok(me) = procfs::process::Process::myself()
+            && let Ok(status) = me.status()
+        {
+            self.anon_bytes = status.rssanon.unwrap_or(0) << 10;
+        }
         if let Ok(me) = procfs::process::Process::myself()
             && let Ok(stat) = me.stat()
         {
@@ -87,7 +107,8 @@ impl Status {
              samples: {samples} taken, {dropped} dropped, {unwritten} not written\n\
              disk: {used:.1} MiB of {limit:.1} MiB; retention removed {wr} windows and {rr} roll-ups\n\
              applications complete: {apps}\n\
-             own cost: {rss:.1} MiB resident, {cpu:.1} s of CPU\n",
+             own cost: {rss:.1} MiB resident ({anon:.1} MiB anonymous, {heap:.1} MiB of heap in \
+             use), {cpu:.1} s of CPU\n",
             tool = self.tool,
             pid = self.pid,
             started = self.started,
@@ -105,6 +126,8 @@ impl Status {
             rr = self.rollups_removed,
             apps = self.applications_complete,
             rss = mib(self.rss_bytes),
+            anon = mib(self.anon_bytes),
+            heap = mib(self.heap_in_use_bytes),
             cpu = self.cpu_seconds,
         )
     }

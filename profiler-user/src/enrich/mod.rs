@@ -149,6 +149,13 @@ pub struct Enricher {
 }
 
 impl Enricher {
+    /// What the enrich stage keeps between drains, counted.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("enrich.processes", self.processes.len());
+        held.add("enrich.driver_links", self.driver_links.len());
+        self.names.held(held);
+    }
+
     pub fn new() -> Self {
         Self::default()
     }

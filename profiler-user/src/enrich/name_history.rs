@@ -195,6 +195,14 @@ impl ThreadNames {
     }
 
     /// Forgets the threads of an exited process.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("enrich.named_threads", self.threads.len());
+        held.add(
+            "enrich.thread_names",
+            self.threads.values().map(|t| t.epochs.len()).sum(),
+        );
+    }
+
     pub fn forget_process(&mut self, tgid: u32) {
         self.threads.retain(|(pid, _), _| *pid != tgid);
     }

@@ -81,6 +81,12 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
+    /// What the runtimes keep between drains, counted.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        self.jvm.held(held);
+        self.python.held(held);
+    }
+
     pub fn new(jvm: jvm::JvmOptions) -> Self {
         Self {
             jvm: jvm::JvmRuntime::new(jvm),

@@ -1,6 +1,9 @@
 //! Kernel frames, named from /proc/kallsyms through blazesym.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use blazesym::{
     MaybeDefault,
@@ -11,17 +14,30 @@ use blazesym::{
 };
 use tracing::debug;
 
-/// Names kernel addresses; caches every answer (kernel text does not move).
+/// Kernel addresses whose names are kept; beyond, the cache starts over.
+/// A host's kernel has some tens of thousands of call sites that show up
+/// in stacks, so a daemon settles well below it.
+const MAX_ADDRESSES: usize = 65_536;
+
+/// Names kernel addresses; caches every answer (kernel text does not move),
+/// one copy of each function's name shared by its addresses.
 pub struct KernelSymbolizer {
     symbolizer: Symbolizer,
     names: HashMap<u64, Arc<str>>,
+    functions: HashSet<Arc<str>>,
 }
 
 impl KernelSymbolizer {
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("symbolize.kernel_addresses", self.names.len());
+        held.add("symbolize.kernel_functions", self.functions.len());
+    }
+
     pub fn new() -> Self {
         Self {
             symbolizer: Symbolizer::new(),
             names: HashMap::new(),
+            functions: HashSet::new(),
         }
     }
 
@@ -37,6 +53,10 @@ impl KernelSymbolizer {
         if todo.is_empty() {
             return;
         }
+        if self.names.len() + todo.len() > MAX_ADDRESSES {
+            self.names.clear();
+            self.functions.clear();
+        }
         // kallsyms only: a vmlinux search of the file system would cost more
         // than it adds for function-level names.
         let source = Source::Kernel(Kernel {
@@ -50,7 +70,7 @@ impl KernelSymbolizer {
             Ok(results) => {
                 for (addr, result) in todo.iter().zip(results) {
                     let name: Arc<str> = match result {
-                        Symbolized::Sym(sym) => sym.name.as_ref().into(),
+                        Symbolized::Sym(sym) => intern(&mut self.functions, &sym.name),
                         Symbolized::Unknown(_) => format!("[unknown kernel 0x{addr:x}]").into(),
                     };
                     self.names.insert(*addr, name);
@@ -73,6 +93,16 @@ impl KernelSymbolizer {
             .cloned()
             .unwrap_or_else(|| "[unknown]".into())
     }
+}
+
+/// The one copy of `name` in `functions`.
+fn intern(functions: &mut HashSet<Arc<str>>, name: &str) -> Arc<str> {
+    if let Some(name) = functions.get(name) {
+        return name.clone();
+    }
+    let name: Arc<str> = name.into();
+    functions.insert(name.clone());
+    name
 }
 
 impl Default for KernelSymbolizer {

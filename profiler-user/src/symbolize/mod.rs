@@ -137,6 +137,12 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
+    /// What the symbolize stage keeps between drains, counted.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        self.native.held(held);
+        self.kernel.held(held);
+    }
+
     pub fn new() -> Self {
         Self {
             native: native::NativeSymbolizer::new(),

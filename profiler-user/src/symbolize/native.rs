@@ -168,6 +168,19 @@ impl NativeSymbolizer {
             .unwrap_or_else(|| "[unknown]".into())
     }
 
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("symbolize.native_processes", self.names.len());
+        held.add(
+            "symbolize.native_names",
+            self.names.values().map(HashMap::len).sum(),
+        );
+        held.add("symbolize.native_maps", self.maps.len());
+        held.add(
+            "symbolize.native_not_code",
+            self.maps.values().map(|known| known.not_code.len()).sum(),
+        );
+    }
+
     /// Drops everything cached for an exited process.
     pub fn evict(&mut self, process: &ProcessInfo) {
         self.names.remove(&Self::key(process));

@@ -380,6 +380,17 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// What the writer holds of its window, counted.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("write.files", self.files.len());
+        held.add(
+            "write.stacks",
+            self.files.values().map(|file| file.stacks.len()).sum(),
+        );
+        held.add("write.pending_processes", self.pending.len());
+        held.add("write.long_lived", self.long_lived.len());
+    }
+
     /// A writer into `dir` (created on first flush).
     pub fn new(dir: impl Into<PathBuf>, options: WriteOptions) -> Self {
         Self {

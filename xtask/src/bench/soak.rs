@@ -1,6 +1,6 @@
 //! Section 9 of `cargo xtask bench`: a soak of `sparkprof daemon`.
 //!
-//! The daemon runs with 10 s windows and `--off-cpu` for [`SOAK`] under a
+//! The daemon runs with 10 s windows and `--off-cpu` for [`DEFAULT_SOAK`] (or `--soak-minutes`) under a
 //! churn load: [`NATIVE_RATE`] short-lived native processes per second
 //! (`xtask/bench/soak/churn.c`), [`PYTHON_RATE`] short-lived CPython
 //! processes per second (forked by `py_churn.py`), a JVM started every
@@ -11,7 +11,9 @@
 //! within 10 % of RSS after the first two minutes, and below 128 MiB.
 
 use std::{
+    collections::BTreeMap,
     fs,
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -21,8 +23,8 @@ use anyhow::{Context as _, Result, bail};
 use super::{Bench, compile_c, cpu_time, pause, progress, spawn_logged, status_kib};
 use crate::{run_cmd, workspace_root};
 
-/// How long the daemon runs under the load.
-const SOAK: Duration = Duration::from_secs(630);
+/// How long the daemon runs under the load (`--soak-minutes`).
+pub const DEFAULT_SOAK: Duration = Duration::from_secs(630);
 /// How often its RSS and CPU are read.
 const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 /// RSS after this long is the reference.
@@ -43,11 +45,16 @@ pub struct Reading {
     /// (its own code, paged in as code paths first run, and shared files).
     anon_mib: f64,
     file_mib: f64,
+    /// Of the anonymous memory: the C heap in use, and the entries of each
+    /// table the daemon keeps (its `status.json` of the last window).
+    heap_mib: f64,
+    held: BTreeMap<String, u64>,
     /// CPU (user + system) since the previous reading, % of one core.
     cpu_percent: f64,
 }
 
 pub struct SoakReport {
+    soak: Duration,
     readings: Vec<Reading>,
     windows: usize,
     jvms: usize,
@@ -65,6 +72,26 @@ impl Drop for Load {
     }
 }
 
+/// The heap in use (MiB) and the tables held, as the daemon's
+/// `status.json` last said.
+fn daemon_status(out: &Path) -> (f64, BTreeMap<String, u64>) {
+    let status: serde_json::Value = fs::read(out.join("status.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let heap = status["heap_in_use_bytes"].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64;
+    let held = status["held"]
+        .as_object()
+        .map(|tables| {
+            tables
+                .iter()
+                .filter_map(|(table, n)| Some((table.clone(), n.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    (heap, held)
+}
+
 /// The daemon's memory now, MiB: (RSS, of which anonymous (`RssAnon`),
 /// of which files and shared (`RssFile` + `RssShmem`)).
 fn memory_mib(pid: u32) -> Result<(f64, f64, f64)> {
@@ -74,7 +101,7 @@ fn memory_mib(pid: u32) -> Result<(f64, f64, f64)> {
     Ok((mib(kib[0]), mib(kib[1]), mib(kib[2] + kib[3])))
 }
 
-pub fn measure(bench: &Bench) -> Result<SoakReport> {
+pub fn measure(bench: &Bench, soak: Duration) -> Result<SoakReport> {
     let dir = bench.scratch.join("soak");
     // compile_c puts `soak/churn` under `dir`.
     fs::create_dir_all(dir.join("soak"))?;
@@ -122,7 +149,7 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
     let (mut jvms, mut executors) = (0, 0);
     let mut jvm: Option<Load> = None;
     let mut executor: Option<Load> = None;
-    while started.elapsed() < SOAK {
+    while started.elapsed() < soak {
         if let Ok(Some(status)) = daemon.try_wait() {
             bail!(
                 "the daemon exited during the soak ({status}); its log is {}",
@@ -174,9 +201,10 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
             let cpu_percent = 100.0 * (cpu - last.1) / now.duration_since(last.0).as_secs_f64();
             last = (now, cpu);
             let at = started.elapsed();
+            let (heap_mib, held) = daemon_status(&out);
             progress(&format!(
-                "[soak] {:>4.0} s: RSS {rss_mib:.1} MiB (anonymous {anon_mib:.1}, files {file_mib:.1}), \
-                 CPU {cpu_percent:.2} % of a core",
+                "[soak] {:>4.0} s: RSS {rss_mib:.1} MiB (anonymous {anon_mib:.1}, heap in use \
+                 {heap_mib:.1}, files {file_mib:.1}), CPU {cpu_percent:.2} % of a core; held {held:?}",
                 at.as_secs_f64()
             ));
             readings.push(Reading {
@@ -184,6 +212,8 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
                 rss_mib,
                 anon_mib,
                 file_mib,
+                heap_mib,
+                held,
                 cpu_percent,
             });
         }
@@ -211,6 +241,7 @@ pub fn measure(bench: &Bench) -> Result<SoakReport> {
         .unwrap_or_default();
     let _ = fs::remove_dir_all(&out);
     Ok(SoakReport {
+        soak,
         readings,
         windows,
         jvms,
@@ -245,10 +276,10 @@ impl SoakReport {
              come and go, a JVM starts every {:.0} s and lives 5 s ({} JVMs), and the tests' \
              stand-in Spark executor runs tasks in threads renamed like Spark's, 45 s per \
              application ({} applications). Its RSS (`/proc/PID/status`) and CPU (`/proc/PID/stat`) every {:.0} s:\n\n\
-             | time, s | RSS, MiB | of which anonymous (`RssAnon`) | of which files and shared (`RssFile` + `RssShmem`: its code as first run, the kernel's rings) | CPU since the previous reading, % of a core |\n\
-             |--:|--:|--:|--:|--:|\n",
-            SOAK.as_secs_f64() / 60.0,
-            SOAK.as_secs_f64(),
+             | time, s | RSS, MiB | of which anonymous (`RssAnon`) | of that, C heap in use (`mallinfo2`, the daemon's `status.json`) | of which files and shared (`RssFile` + `RssShmem`: its code as first run, the kernel's rings) | CPU since the previous reading, % of a core |\n\
+             |--:|--:|--:|--:|--:|--:|\n",
+            self.soak.as_secs_f64() / 60.0,
+            self.soak.as_secs_f64(),
             JVM_EVERY.as_secs_f64(),
             self.jvms,
             self.executors,
@@ -256,10 +287,11 @@ impl SoakReport {
         );
         for r in &self.readings {
             text += &format!(
-                "| {:.0} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
+                "| {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
                 r.at.as_secs_f64(),
                 r.rss_mib,
                 r.anon_mib,
+                r.heap_mib,
                 r.file_mib,
                 r.cpu_percent
             );
@@ -278,6 +310,23 @@ impl SoakReport {
             100.0 * (anon_end / anon_settled.max(f64::MIN_POSITIVE) - 1.0),
             self.windows,
         );
+        // Each table the daemon keeps, after the first minutes and at the end.
+        if let (Some(first), Some(last)) = (
+            self.readings.iter().find(|r| r.at >= SETTLED),
+            self.readings.last(),
+        ) {
+            text += &format!(
+                "\nEntries of each table the daemon keeps between drains (`held` in its \
+                 `status.json`) after {:.0} s and at the end:\n\n\
+                 | table | after {:.0} s | at the end |\n|---|--:|--:|\n",
+                SETTLED.as_secs_f64(),
+                SETTLED.as_secs_f64(),
+            );
+            for (table, end) in &last.held {
+                let then = first.held.get(table).copied().unwrap_or(0);
+                text += &format!("| `{table}` | {then} | {end} |\n");
+            }
+        }
         if !self.status.is_empty() {
             text += &format!(
                 "\n`sparkprof status` at the end:\n\n```text\n{}```\n",

@@ -78,6 +78,18 @@ pub struct JvmRuntime {
 }
 
 impl JvmRuntime {
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("jvm.walkers", self.walkers.len());
+        held.add("jvm.walks", self.walks.len());
+        for walker in self.walkers.values() {
+            if let Walker::Walked(process) = walker {
+                process.held(held);
+            }
+        }
+        self.jit.held(held);
+        self.names.held(held);
+    }
+
     pub fn new(options: JvmOptions) -> Self {
         let dumps = DumpPolicy {
             attach: options.jit.attach,

@@ -52,6 +52,10 @@ pub struct JitSymbolizer {
 }
 
 impl JitSymbolizer {
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("jvm.perf_map_jvms", self.jvms.len());
+    }
+
     pub fn new(options: JitOptions) -> Self {
         let audit = options.audit.as_deref().and_then(audit::Audit::open);
         Self {

@@ -35,6 +35,19 @@ pub struct PythonRuntime {
 }
 
 impl PythonRuntime {
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("python.processes", self.followed.len());
+        held.add("python.probing", self.retries.len());
+        held.add("python.trampoline_maps", self.trampolines.len());
+        held.add(
+            "python.code_objects",
+            self.followed
+                .values()
+                .map(PythonProcess::code_objects)
+                .sum(),
+        );
+    }
+
     /// Has the sampler follow a CPython process's Python frames.
     fn follow(&mut self, pid: u32, collector: &mut Collector) {
         match PythonProcess::probe(pid) {

@@ -84,6 +84,11 @@ impl fmt::Debug for PythonProcess {
 }
 
 impl PythonProcess {
+    /// Code objects cached.
+    pub fn code_objects(&self) -> usize {
+        self.codes.len()
+    }
+
     /// Finds CPython in process `pid`: the module (the executable or
     /// libpython3.X.so, also in containers, through /proc/PID/map_files or
     /// /proc/PID/root) whose ELF symbols have `_PyRuntime`, its load

@@ -85,6 +85,11 @@ pub struct HotspotProcess {
 }
 
 impl HotspotProcess {
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("jvm.method_names", self.methods.len());
+        held.add("jvm.code_names", self.code.len());
+    }
+
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
     /// code cache (not ready until the JVM has initialised it).
     pub fn read(pid: u32) -> Result<Self, HotspotError> {

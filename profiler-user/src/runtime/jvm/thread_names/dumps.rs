@@ -70,6 +70,10 @@ pub struct ThreadDumper {
 }
 
 impl ThreadDumper {
+    pub fn jvms(&self) -> usize {
+        self.jvms.len()
+    }
+
     pub fn new(policy: DumpPolicy) -> Self {
         Self {
             policy,

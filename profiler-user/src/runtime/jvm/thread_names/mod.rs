@@ -62,6 +62,11 @@ pub struct JvmThreadNames {
 }
 
 impl JvmThreadNames {
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("jvm.libjvms", self.libjvms.len());
+        held.add("jvm.thread_dump_jvms", self.dumper.jvms());
+    }
+
     /// `rename_uprobe` off: every JVM's names come from the tracepoint and
     /// thread dumps.
     pub fn new(rename_uprobe: bool, policy: DumpPolicy) -> Self {
