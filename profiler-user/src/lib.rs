@@ -17,6 +17,7 @@ pub mod collect;
 pub mod daemon;
 pub mod doctor;
 pub mod enrich;
+pub mod merge;
 pub mod record;
 pub mod runtime;
 pub mod symbolize;

@@ -50,6 +50,16 @@ impl FakeExecutor {
     /// Starts it (with [`FAKE_EXECUTOR_JVM_FLAGS`] and `extra` JVM
     /// options) for `seconds` of tasks, and waits until its pool runs.
     pub fn start(classes: &Path, seconds: u32, extra: &[String]) -> io::Result<Self> {
+        Self::start_as(EXECUTOR_ID, classes, seconds, extra)
+    }
+
+    /// [`Self::start`] as executor `executor_id` of [`APP_ID`].
+    pub fn start_as(
+        executor_id: &str,
+        classes: &Path,
+        seconds: u32,
+        extra: &[String],
+    ) -> io::Result<Self> {
         let mut child = Command::new("java")
             .args(FAKE_EXECUTOR_JVM_FLAGS)
             .args(extra)
@@ -60,7 +70,7 @@ impl FakeExecutor {
                 "--driver-url",
                 "spark://CoarseGrainedScheduler@127.0.0.1:1",
                 "--executor-id",
-                EXECUTOR_ID,
+                executor_id,
                 "--hostname",
                 "127.0.0.1",
                 "--cores",

@@ -129,6 +129,19 @@ impl Recorder {
         Self::spawn(Command::new(sparkprof_bin()), dir, tmp, args)
     }
 
+    /// Starts `sparkprof record -o <tempdir> ARGS` as if on another host:
+    /// in a UTS namespace of its own named `hostname` (what sparkprof
+    /// writes as the host), and waits until it samples.
+    pub fn start_as_host(hostname: &str, args: &[&str]) -> Self {
+        let tmp = output_dir();
+        let mut command = Command::new("unshare");
+        command
+            .args(["--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\""])
+            .arg(hostname)
+            .arg(sparkprof_bin());
+        Self::spawn(command, tmp.path().to_path_buf(), Some(tmp), args)
+    }
+
     /// Starts `sparkprof record -o <tempdir> ARGS` on `host` and waits
     /// until it samples. On a [`Host::Bare`], checks that its mount
     /// namespace has no tracefs or debugfs while it records.

@@ -82,6 +82,41 @@ impl SparkInstall {
     }
 }
 
+impl SparkInstall {
+    /// `spark-submit --master local[2] SCRIPT ARGS` (a script in the
+    /// repository, e.g. `fleet/stage_profiles.py`); panics with its output
+    /// if it fails; returns its stdout.
+    pub fn submit_local(&self, script: &Path, args: &[&std::ffi::OsStr]) -> String {
+        let path = format!(
+            "{}:{}",
+            self.venv.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(self.spark_home.join("bin/spark-submit"))
+            .args(["--master", "local[2]"])
+            .arg(script)
+            .args(args)
+            .env("SPARK_HOME", &self.spark_home)
+            .env("PYSPARK_PYTHON", &self.python)
+            .env("PATH", path)
+            .output()
+            .expect("run spark-submit");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "spark-submit {} failed:\n{stdout}\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+}
+
+/// `fleet/stage_profiles.py` in the repository.
+pub fn fleet_job() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fleet/stage_profiles.py")
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -15,7 +15,7 @@ use std::{
 use serde_json::Value;
 use sparkprof_tests::{
     Recorder, require_root,
-    spark::{Cluster, EventLog, Job, SparkInstall},
+    spark::{Cluster, EventLog, Job, SparkInstall, fleet_job},
 };
 
 const FREQUENCY: u64 = 99;
@@ -49,8 +49,12 @@ fn spark_stages_are_tagged_per_executor() {
     let recorder = Recorder::start(&["--frequency", &freq, "--duration", "600", "--off-cpu"]);
     let job = cluster.run_job("spark_job.py", &["3", "2000000"], Duration::from_secs(240));
     let recording = recorder.stop_with(libc::SIGINT);
-    // Ground truth, read before the cluster's directory goes.
+    // Ground truth, read before the cluster's directory goes; the event log
+    // kept for the fleet job.
     let truth = EventLog::read(&job.event_log);
+    let events = tempfile::tempdir().unwrap();
+    let event_log = events.path().join("event-log.json");
+    std::fs::copy(&job.event_log, &event_log).unwrap();
     let leftover = cluster.stop();
     eprintln!(
         "application {} took {:.1?}; whole test so far {:.1?}",
@@ -207,7 +211,70 @@ fn spark_stages_are_tagged_per_executor() {
             "no pyspark-worker sample of executor {executor} names the UDF py_hash: {udf:?}"
         );
     }
+    check_fleet_job(&install, &recording, &event_log, &truth);
     eprintln!("whole test {:.1?}", started.elapsed());
+}
+
+/// The fleet job on this recording's samples table, given the
+/// application's event log: every stage it reports carries the event log's
+/// stage name and attempts, and its on-CPU total is the recording's for
+/// that stage.
+fn check_fleet_job(
+    install: &SparkInstall,
+    recording: &sparkprof_tests::Recording,
+    event_log: &std::path::Path,
+    truth: &EventLog,
+) {
+    let out = tempfile::tempdir().unwrap();
+    let table = recording.dir().join("samples.parquet");
+    let printed = install.submit_local(
+        &fleet_job(),
+        &[
+            "--output".as_ref(),
+            out.path().as_os_str(),
+            "--event-log".as_ref(),
+            event_log.as_os_str(),
+            table.as_os_str(),
+        ],
+    );
+    eprintln!("fleet job:\n{printed}");
+    let summary: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(out.path().join("summary.json")).unwrap()).unwrap();
+    let mut named = 0;
+    for row in summary
+        .iter()
+        .filter(|r| s(&r["app_id"]) == Some(&truth.app_id))
+    {
+        let stage = row["stage_id"].as_u64().unwrap();
+        assert_eq!(
+            s(&row["stage_name"]),
+            truth.stage_names.get(&stage).map(String::as_str),
+            "stage {stage}: {row}"
+        );
+        assert!(
+            !row["stage_attempts"].as_array().unwrap().is_empty(),
+            "{row}"
+        );
+        if s(&row["kind"]) == Some("cpu") {
+            let recorded: u64 = recording
+                .files()
+                .into_iter()
+                .filter(|f| {
+                    s(&f["kind"]) == Some("cpu")
+                        && s(&f["app_id"]) == Some(&truth.app_id)
+                        && f["stage_id"].as_u64() == Some(stage)
+                })
+                .map(|f| f["samples"].as_u64().unwrap())
+                .sum();
+            assert_eq!(row["total"].as_u64(), Some(recorded), "stage {stage}");
+        }
+        named += 1;
+    }
+    assert!(
+        named > 0,
+        "the fleet job reported no stage of {}",
+        truth.app_id
+    );
 }
 
 /// The executors run without `-XX:+PreserveFramePointer`, as Spark runs

@@ -21,9 +21,16 @@ pub fn run(args: &[String]) -> Result<()> {
     if unsafe { libc_geteuid() } != 0 {
         bail!("the test suite loads eBPF programs into the kernel and must run as root (CI does)");
     }
-    // Components the tests use: a C compiler, a JDK, and systemd's own
-    // unit verifier (`systemd-analyze`) for the daemon's unit.
-    toolchain::apt_install(&["gcc", "libc6-dev", "openjdk-17-jdk-headless", "systemd"])?;
+    // Components the tests use: a C compiler, a JDK, systemd's own unit
+    // verifier (`systemd-analyze`) for the daemon's unit, and Go's pprof
+    // (`go tool pprof`) to read the pprof twins.
+    toolchain::apt_install(&[
+        "gcc",
+        "libc6-dev",
+        "openjdk-17-jdk-headless",
+        "systemd",
+        "golang-go",
+    ])?;
     // A real Spark (pyspark from PyPI) for the end-to-end stage-tagging
     // test, and py-spy beside it for the Python-frame comparison.
     let spark_venv = spark::setup_with_py_spy()?;

@@ -36,6 +36,16 @@ enum Command {
         /// The daemon's directory.
         dir: PathBuf,
     },
+    /// Add up recordings (or daemon directories) of many hosts into one
+    /// directory of the same layout, with stage files summed over executors.
+    Merge {
+        /// Output directory (new, empty, or a previous merge's).
+        #[arg(long, short)]
+        output: PathBuf,
+        /// Recordings, daemon windows or daemon directories.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
     /// Print what this host offers and lacks for profiling.
     Doctor,
 }
@@ -201,6 +211,27 @@ fn main() -> ExitCode {
         }
         Command::Record(args) => run_record(args),
         Command::Daemon(args) => run_daemon(args),
+        Command::Merge { output, dirs } => match sparkprof::merge::merge(&output, &dirs) {
+            Ok(summary) => {
+                eprintln!(
+                    "sparkprof: merged {} recordings of {} ({}) into {}: {} files",
+                    summary.sources,
+                    if summary.hosts.len() == 1 {
+                        "1 host".to_owned()
+                    } else {
+                        format!("{} hosts", summary.hosts.len())
+                    },
+                    summary.hosts.join(", "),
+                    output.display(),
+                    summary.files
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("sparkprof: merge: {err}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Status { dir } => match sparkprof::daemon::status::Status::read(&dir) {
             Ok(status) => {
                 print!("{}", status.render());

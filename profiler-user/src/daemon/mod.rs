@@ -215,6 +215,9 @@ impl Daemon {
         self.status.samples = samples;
         self.status.samples_dropped = header.stats.dropped_count_map_full;
         self.status.disk_used_bytes = removed.used_bytes;
+        // The closed window's aggregates are gone: their pages too.
+        drop(writer);
+        crate::sys::held::release_free_heap();
         self.status.measure_self(session.pipeline.held());
         match self.status.write(&self.dir.path) {
             Ok(()) => self.status_unwritable = false,

@@ -22,7 +22,12 @@ use tracing::{info, warn};
 
 use crate::{
     enrich::ProcessInfo,
-    write::{atomic, folded, output_dir::INDEX},
+    write::{
+        atomic, folded,
+        labels::{FileLabels, ReadEntry, folded_lines},
+        output_dir::INDEX,
+        pprof,
+    },
 };
 
 /// Where the roll-ups are, under the daemon's directory.
@@ -50,6 +55,8 @@ pub struct RollupFile {
     /// Relative to the roll-up's directory (as under `spark/<app_id>/`).
     pub path: String,
     pub svg: String,
+    #[serde(default)]
+    pub pprof: String,
     pub kind: String,
     pub unit: String,
     pub samples: u64,
@@ -58,23 +65,14 @@ pub struct RollupFile {
     pub stage_id: Option<u64>,
 }
 
-/// A window's index entry, as much of it as a roll-up needs.
-#[derive(Debug, Deserialize)]
-struct WindowEntry {
-    path: String,
-    kind: String,
-    unit: String,
-    role: String,
-    app_id: Option<String>,
-    executor_id: Option<String>,
-    stage_id: Option<u64>,
-    start: String,
-    end: String,
-}
-
+/// A window's index, as much of it as a roll-up needs.
 #[derive(Debug, Deserialize)]
 struct WindowIndex {
-    files: Vec<WindowEntry>,
+    #[serde(default)]
+    host: String,
+    #[serde(default)]
+    frequency_hz: u64,
+    files: Vec<ReadEntry>,
 }
 
 /// Which applications have processes alive on this host.
@@ -129,7 +127,7 @@ impl Applications {
 pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<String>> {
     let index: WindowIndex = serde_json::from_slice(&fs::read(window.join(INDEX))?)
         .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
-    let mut by_app: BTreeMap<String, Vec<WindowEntry>> = BTreeMap::new();
+    let mut by_app: BTreeMap<String, Vec<ReadEntry>> = BTreeMap::new();
     for entry in index.files {
         if let Some(app) = entry.app_id.clone()
             && entry.path.starts_with(&format!("spark/{app}/"))
@@ -137,6 +135,7 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             by_app.entry(app).or_default().push(entry);
         }
     }
+    let period = 1_000_000_000 / index.frequency_hz.max(1);
     let mut added = Vec::new();
     for (app, entries) in by_app {
         let root = dir.join(APPS).join(safe_name(&app));
@@ -161,11 +160,28 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             let title = format!("{app}: {}", rel.trim_end_matches(".folded"));
             let svg = folded::flame_graph(&summed.text, &title, &entry.unit)?;
             atomic::write_atomic(&root, &svg_rel, &svg)?;
+            // Its pprof twin, over the roll-up's whole time.
+            let mut labels = FileLabels::of_read(&index.host, period, entry);
+            let since = rollup
+                .files
+                .iter()
+                .find(|f| f.path == rel)
+                .and(rollup.start.as_deref());
+            if let Some(since) = since.and_then(|s| humantime::parse_rfc3339(s).ok()) {
+                labels.start = labels.start.map(|start| start.min(since));
+            }
+            let twin_rel = pprof::twin_path(Path::new(rel));
+            let twin = pprof::encode(&[(&labels, folded_lines(&summed.text).collect())])?;
+            atomic::write_atomic(&root, &twin_rel, &twin)?;
             match rollup.files.iter_mut().find(|f| f.path == rel) {
-                Some(file) => file.samples = summed.total,
+                Some(file) => {
+                    file.samples = summed.total;
+                    file.pprof = twin_rel.display().to_string();
+                }
                 None => rollup.files.push(RollupFile {
                     path: rel.to_owned(),
                     svg: svg_rel.display().to_string(),
+                    pprof: twin_rel.display().to_string(),
                     kind: entry.kind.clone(),
                     unit: entry.unit.clone(),
                     samples: summed.total,

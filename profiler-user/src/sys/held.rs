@@ -32,6 +32,16 @@ pub fn heap_in_use() -> u64 {
     (info.uordblks + info.hblkhd) as u64
 }
 
+/// Gives the C heap's free memory back to the kernel (glibc's
+/// `malloc_trim`, which also releases free pages inside its arenas). Called
+/// once a window: a window's aggregates are freed when it is written, and
+/// without this the allocator keeps their pages, so resident memory creeps
+/// up while the heap in use stays flat.
+pub fn release_free_heap() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe { libc::malloc_trim(0) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,6 +46,13 @@ pub struct Header {
     pub runtimes: RuntimeStats,
 }
 
+impl Header {
+    /// What one on-CPU sample stands for.
+    pub fn sample_period_ns(&self) -> u64 {
+        1_000_000_000 / self.frequency_hz.max(1)
+    }
+}
+
 /// Who a file is about.
 pub struct GroupMeta {
     pub pid: Option<u32>,
@@ -63,6 +70,8 @@ pub struct GroupMeta {
 pub struct FileEntry {
     pub path: String,
     pub svg: String,
+    /// The same profile as gzipped pprof (see [`super::pprof`]).
+    pub pprof: String,
     pub kind: ProfileKind,
     /// `samples` (on-CPU) or `microseconds` (off-CPU, wall-clock): what
     /// `samples` counts.
@@ -96,6 +105,7 @@ impl FileEntry {
         Self {
             path: rel_path.display().to_string(),
             svg: rel_path.with_extension("svg").display().to_string(),
+            pprof: super::pprof::twin_path(rel_path).display().to_string(),
             kind,
             unit: kind.unit(),
             samples: 0,
@@ -176,6 +186,9 @@ pub struct Index {
     pub header: Header,
     pub start: Option<String>,
     pub end: Option<String>,
+    /// Every line of every file listed, as one Parquet table (see
+    /// [`super::table`]).
+    pub samples_table: &'static str,
     pub files: Vec<FileEntry>,
 }
 
@@ -191,6 +204,7 @@ impl Index {
             header: header.clone(),
             start: start.map(timestamp),
             end: end.map(timestamp),
+            samples_table: super::table::SAMPLES_TABLE,
             files,
         }
     }

@@ -48,7 +48,10 @@ pub mod atomic;
 pub mod colours;
 pub mod folded;
 pub mod index;
+pub mod labels;
 pub mod output_dir;
+pub mod pprof;
+pub mod table;
 
 use std::{
     collections::HashMap,
@@ -93,7 +96,7 @@ impl ProfileKind {
         }
     }
 
-    fn suffix(self) -> &'static str {
+    pub fn suffix(self) -> &'static str {
         match self {
             Self::Cpu => "cpu",
             Self::Offcpu => "offcpu",
@@ -599,15 +602,21 @@ impl Writer {
             }
             let text = folded::render(&file.stacks);
             let svg_rel = file.rel_path.with_extension("svg");
+            let twin_rel = pprof::twin_path(&file.rel_path);
+            let labels =
+                labels::FileLabels::of_entry(&header.host, header.sample_period_ns(), &file.entry);
             let result =
                 atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes()).and_then(|()| {
                     self.written.insert(file.rel_path.clone());
                     let svg = folded::flame_graph(&text, &file.entry.title(), file.entry.unit)?;
-                    atomic::write_atomic(&self.dir, &svg_rel, &svg)
+                    atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
+                    self.written.insert(svg_rel.clone());
+                    let twin = pprof::encode(&[(&labels, labels::folded_lines(&text).collect())])?;
+                    atomic::write_atomic(&self.dir, &twin_rel, &twin)
                 });
             match result {
                 Ok(()) => {
-                    self.written.insert(svg_rel);
+                    self.written.insert(twin_rel);
                     file.dirty = false;
                     file.on_disk = true;
                     written += 1;
@@ -632,6 +641,28 @@ impl Writer {
             .map(|(_, f)| f.entry.clone())
             .collect();
         entries.sort_by(|a, b| a.path.cmp(&b.path));
+        // The samples table of every file listed, before the index that
+        // names it.
+        let mut table = table::SamplesTable::default();
+        for (key, file) in &self.files {
+            if !hidden.contains(key) && file.on_disk {
+                let labels = labels::FileLabels::of_entry(
+                    &header.host,
+                    header.sample_period_ns(),
+                    &file.entry,
+                );
+                table.add(
+                    &labels,
+                    file.stacks
+                        .iter()
+                        .map(|(stack, &count)| (stack.as_str(), count)),
+                );
+            }
+        }
+        let table_rel = PathBuf::from(table::SAMPLES_TABLE);
+        let parquet = table.to_parquet().map_err(io::Error::other)?;
+        atomic::write_atomic(&self.dir, &table_rel, &parquet)?;
+        self.written.insert(table_rel.clone());
         let index = index::Index::new(header, self.start, self.end, entries);
         let index_rel = PathBuf::from(output_dir::INDEX);
         atomic::write_atomic(&self.dir, &index_rel, &index.to_json())?;
@@ -648,8 +679,8 @@ impl Writer {
         self.indexed = index
             .files
             .iter()
-            .flat_map(|entry| [PathBuf::from(&entry.path), PathBuf::from(&entry.svg)])
-            .chain([index_rel])
+            .flat_map(|entry| [&entry.path, &entry.svg, &entry.pprof].map(PathBuf::from))
+            .chain([index_rel, table_rel])
             .collect();
         Ok(written)
     }

@@ -134,8 +134,9 @@ fn walk(root: &Path) -> io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     Ok((files, dirs))
 }
 
-/// Files a sparkprof index at `root` lists: itself, every folded file and
-/// its flame graph. `None` if there is no such index.
+/// Files a sparkprof index at `root` lists: itself, its samples table,
+/// every folded file, its flame graph and its pprof twin. `None` if there
+/// is no such index.
 fn listed_by_index(root: &Path) -> Option<HashSet<PathBuf>> {
     let meta = fs::symlink_metadata(root.join(INDEX)).ok()?;
     if !meta.is_file() {
@@ -147,8 +148,11 @@ fn listed_by_index(root: &Path) -> Option<HashSet<PathBuf>> {
         return None;
     }
     let mut listed = HashSet::from([PathBuf::from(INDEX)]);
+    if let Some(table) = index["samples_table"].as_str() {
+        listed.insert(PathBuf::from(table));
+    }
     for file in index["files"].as_array()? {
-        for key in ["path", "svg"] {
+        for key in ["path", "svg", "pprof"] {
             if let Some(path) = file[key].as_str() {
                 listed.insert(PathBuf::from(path));
             }
