@@ -18,7 +18,7 @@ HDFS, S3: globs welcome), and writes under OUT:
         [--event-log EVENTLOG ...] [--top 20] [--skew 2.0] TABLE [TABLE ...]
 
 A stage is flagged skewed when one executor's weight is more than --skew
-times the median of the stage's executors (with at least two executors).
+times the median of the stage's other executors.
 """
 
 import argparse
@@ -37,7 +37,7 @@ def parse_args():
                         help="a Spark event log (as the History Server reads it)")
     parser.add_argument("--top", type=int, default=20, help="top leaf frames per stage")
     parser.add_argument("--skew", type=float, default=2.0,
-                        help="an executor above this many times the median is skewed")
+                        help="an executor above this many times the others' median is skewed")
     return parser.parse_args()
 
 
@@ -105,11 +105,11 @@ def main():
     names = stage_names(spark, args.event_log)
     rows = []
     for row in summary.orderBy(*keys).collect():
-        weights = [e["weight"] for e in row["executors"]]
-        median = statistics.median(weights)
+        executors = row["executors"]
         skewed = sorted(
-            e["executor_id"] or e["host"] for e in row["executors"]
-            if len(weights) >= 2 and e["weight"] > args.skew * median)
+            e["executor_id"] or e["host"] for i, e in enumerate(executors)
+            if len(executors) >= 2 and e["weight"] > args.skew * statistics.median(
+                o["weight"] for j, o in enumerate(executors) if j != i))
         name, attempts = names.get((row["app_id"], row["stage_id"]), (None, []))
         rows.append({
             "app_id": row["app_id"],

@@ -25,14 +25,15 @@ use sparkprof_tests::{
 
 const OTHER_HOST: &str = "sparkprof-worker-b";
 
-/// A recording of a fake executor `executor_id`, on `host` (`None`: this one).
-fn record(classes: &Path, executor_id: &str, host: Option<&str>) -> Recording {
-    let args = ["--duration", "6", "--off-cpu"];
+/// A recording of a fake executor `executor_id` running tasks for
+/// `seconds`, on `host` (`None`: this one).
+fn record(classes: &Path, executor_id: &str, seconds: u32, host: Option<&str>) -> Recording {
+    let args = ["--duration", "9", "--off-cpu"];
     let recorder = match host {
         Some(host) => Recorder::start_as_host(host, &args),
         None => Recorder::start(&args),
     };
-    let executor = FakeExecutor::start_as(executor_id, classes, 4, &[]).unwrap();
+    let executor = FakeExecutor::start_as(executor_id, classes, seconds, &[]).unwrap();
     executor.wait().unwrap();
     let recording = recorder.wait();
     recording.assert_ok();
@@ -67,10 +68,11 @@ fn pprof_raw(path: &Path) -> String {
 }
 
 /// Sum of the first value of every sample in `-raw` output (the lines
-/// `   <v1> [<v2>]: <location ids>` under `Samples:`).
+/// `   <v1> [<v2>]: <location ids>` between `Samples:` and `Locations`).
 fn raw_total(raw: &str) -> u64 {
     raw.lines()
         .skip_while(|l| !l.starts_with("Samples:"))
+        .take_while(|l| !l.starts_with("Locations"))
         .filter_map(|l| {
             let (values, _) = l.split_once(':')?;
             values.split_whitespace().next()?.parse::<u64>().ok()
@@ -321,6 +323,25 @@ fn check_fleet_job(
             .any(|row| row["executors"].as_array().unwrap().len() == 2),
         "no stage on both executors: {summary:#?}"
     );
+    // Skew: executor 2 (three times executor 1's time) is flagged in the
+    // on-CPU rows of stages both ran, executor 1 never.
+    let on_both: Vec<&Value> = summary
+        .iter()
+        .filter(|r| r["kind"] == "cpu" && r["executors"].as_array().unwrap().len() == 2)
+        .collect();
+    assert!(
+        on_both
+            .iter()
+            .any(|r| r["skewed_executors"] == serde_json::json!(["2"])),
+        "no stage flags executor 2: {on_both:#?}"
+    );
+    assert!(
+        summary.iter().all(|r| !r["skewed_executors"]
+            .as_array()
+            .unwrap()
+            .contains(&"1".into())),
+        "executor 1 flagged: {summary:#?}"
+    );
     for row in &summary {
         let executors = row["executors"].as_array().unwrap();
         let shares: f64 = executors.iter().map(|e| e["share"].as_f64().unwrap()).sum();
@@ -348,8 +369,9 @@ fn one_application_across_two_hosts() {
         &Path::new("/var/tmp").join(format!("sparkprof-cluster-test-{}", std::process::id())),
     )
     .unwrap();
-    let a = record(&classes, "1", None);
-    let b = record(&classes, "2", Some(OTHER_HOST));
+    // Executor 2 runs three times as long: its stages are skewed.
+    let a = record(&classes, "1", 2, None);
+    let b = record(&classes, "2", 6, Some(OTHER_HOST));
     let _ = std::fs::remove_dir_all(&classes);
     assert_eq!(b.index["host"], OTHER_HOST);
     for recording in [&a, &b] {
