@@ -345,3 +345,133 @@ pub fn merge(output: &Path, inputs: &[PathBuf]) -> Result<MergeSummary, MergeErr
         files: index.files.len(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recording of `host` with one executor's stage file and a
+    /// process file, written as sparkprof writes them.
+    fn recording(dir: &Path, host: &str, executor: &str, lines: &str) {
+        let stage = format!("spark/app-1/executor-{executor}/stage-3.cpu.folded");
+        let files = [
+            (stage.as_str(), Some(3), Some(executor)),
+            ("processes/cron-1.cpu.folded", None, None),
+        ];
+        let mut entries = Vec::new();
+        for (path, stage_id, executor_id) in files {
+            let full = dir.join(path);
+            fs::create_dir_all(full.parent().unwrap()).unwrap();
+            fs::write(&full, lines).unwrap();
+            entries.push(serde_json::json!({
+                "path": path, "kind": "cpu", "unit": "samples",
+                "samples": folded_lines(lines).map(|(_, n)| n).sum::<u64>(),
+                "start": "2026-11-24T10:00:00Z", "end": "2026-11-24T10:01:00Z",
+                "pid": 7, "process": "java", "role": "executor",
+                "app_id": executor_id.map(|_| "app-1"), "executor_id": executor_id,
+                "stage_id": stage_id,
+            }));
+        }
+        let index = serde_json::json!({
+            "version": 1, "tool": "sparkprof 0.1.0", "host": host, "frequency_hz": 99,
+            "start": "2026-11-24T10:00:00Z", "end": "2026-11-24T10:01:00Z", "files": entries,
+        });
+        fs::write(dir.join(INDEX), serde_json::to_vec(&index).unwrap()).unwrap();
+    }
+
+    fn merged_index(out: &Path) -> serde_json::Value {
+        serde_json::from_slice(&fs::read(out.join(INDEX)).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn hosts_add_up_and_stages_sum_over_executors() {
+        let work = tempfile::tempdir().unwrap();
+        let (a, daemon, out) = (
+            work.path().join("a"),
+            work.path().join("daemon"),
+            work.path().join("out"),
+        );
+        recording(&a, "host-a", "1", "java [7];t;f 2\njava [7];t;g 1\n");
+        // A daemon directory: its published windows, not its partial one.
+        for (window, lines) in [
+            ("20261124T100000Z", "java [7];t;f 4\n"),
+            (".partial-x", "x 100\n"),
+        ] {
+            let dir = daemon.join("windows").join(window);
+            recording(&dir, "host-b", "2", lines);
+        }
+        let summary = merge(&out, &[a, daemon]).unwrap();
+        assert_eq!(summary.hosts, ["host-a", "host-b"]);
+        let index = merged_index(&out);
+        let samples = |path: &str| {
+            index["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["path"] == path)
+                .unwrap_or_else(|| panic!("{path}: {index:#}"))["samples"]
+                .as_u64()
+        };
+        assert_eq!(
+            samples("spark/app-1/executor-1/stage-3.cpu.folded"),
+            Some(3)
+        );
+        assert_eq!(
+            samples("spark/app-1/executor-2/stage-3.cpu.folded"),
+            Some(4)
+        );
+        assert_eq!(samples("spark/app-1/stage-3.cpu.folded"), Some(7));
+        assert_eq!(samples("processes/cron-1.cpu.folded"), Some(7));
+        assert_eq!(
+            fs::read_to_string(out.join("spark/app-1/stage-3.cpu.folded")).unwrap(),
+            "java [7];t;f 6\njava [7];t;g 1\n"
+        );
+        for file in index["files"].as_array().unwrap() {
+            for key in ["svg", "pprof"] {
+                assert!(out.join(file[key].as_str().unwrap()).is_file(), "{file}");
+            }
+        }
+        assert!(out.join(table::SAMPLES_TABLE).is_file());
+        assert_eq!(index["sources"].as_array().unwrap().len(), 2);
+        // A second merge into the same directory replaces the first.
+        merge(&out, &[work.path().join("a")]).unwrap();
+        assert!(!out.join("spark/app-1/executor-2").exists());
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_and_write_nothing() {
+        let work = tempfile::tempdir().unwrap();
+        let out = work.path().join("out");
+        let good = work.path().join("good");
+        recording(&good, "h", "1", "a;b 1\n");
+        let missing = work.path().join("missing-file");
+        recording(&missing, "h", "1", "a;b 1\n");
+        fs::remove_file(missing.join("processes/cron-1.cpu.folded")).unwrap();
+        let escaping = work.path().join("escaping");
+        recording(&escaping, "h", "1", "a;b 1\n");
+        let text = fs::read_to_string(escaping.join(INDEX)).unwrap();
+        fs::write(
+            escaping.join(INDEX),
+            text.replace("processes/cron-1.cpu.folded", "../good/index.json"),
+        )
+        .unwrap();
+        let foreign = work.path().join("foreign");
+        fs::create_dir_all(&foreign).unwrap();
+        fs::write(foreign.join(INDEX), r#"{"tool":"other","files":[]}"#).unwrap();
+        for (input, says) in [
+            (
+                work.path().join("nothing-here"),
+                "neither index.json nor windows/",
+            ),
+            (missing, "cron-1.cpu.folded"),
+            (escaping, "outside"),
+            (foreign, "written by"),
+        ] {
+            let err = merge(&out, &[good.clone(), input.clone()])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{}: {err}", input.display());
+            assert!(!out.exists(), "{}: wrote before failing", input.display());
+        }
+    }
+}

@@ -588,3 +588,36 @@ pub fn on_bare_host(command: &mut Command) -> &mut Command {
     // SAFETY: the hook makes only async-signal-safe system calls.
     unsafe { command.pre_exec(hook) }
 }
+
+/// `go tool pprof -raw`: the profile as Go's reader decodes it.
+pub fn pprof_raw(path: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(path)
+        .env(
+            "GOCACHE",
+            std::env::temp_dir().join("sparkprof-test-gocache"),
+        )
+        .output()
+        .expect("go (Debian's golang-go, installed by `cargo xtask test`) is needed");
+    assert!(
+        out.status.success(),
+        "go tool pprof -raw {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Sum of the first value of every sample in `-raw` output (the lines
+/// `   <v1> [<v2>]: <location ids>` between `Samples:` and `Locations`).
+pub fn pprof_raw_total(raw: &str) -> u64 {
+    raw.lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .take_while(|l| !l.starts_with("Locations"))
+        .filter_map(|l| {
+            let (values, _) = l.split_once(':')?;
+            values.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}

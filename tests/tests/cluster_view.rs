@@ -18,7 +18,7 @@ use serde_json::Value;
 use sparkprof_tests::{
     Recorder, Recording,
     fake_executor::{APP_ID, FakeExecutor},
-    parse_folded,
+    parse_folded, pprof_raw, pprof_raw_total,
     spark::{SparkInstall, fleet_job},
     sparkprof_bin,
 };
@@ -47,39 +47,6 @@ fn folded_total(path: &Path) -> u64 {
         .sum()
 }
 
-/// `go tool pprof -raw`: the profile as Go's reader decodes it.
-fn pprof_raw(path: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(path)
-        .env(
-            "GOCACHE",
-            std::env::temp_dir().join("sparkprof-test-gocache"),
-        )
-        .output()
-        .expect("go (Debian's golang-go, installed by `cargo xtask test`) is needed");
-    assert!(
-        out.status.success(),
-        "go tool pprof -raw {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Sum of the first value of every sample in `-raw` output (the lines
-/// `   <v1> [<v2>]: <location ids>` between `Samples:` and `Locations`).
-fn raw_total(raw: &str) -> u64 {
-    raw.lines()
-        .skip_while(|l| !l.starts_with("Samples:"))
-        .take_while(|l| !l.starts_with("Locations"))
-        .filter_map(|l| {
-            let (values, _) = l.split_once(':')?;
-            values.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 fn check_twins(recording: &Recording) {
     let files = recording.files();
     assert!(!files.is_empty());
@@ -90,7 +57,7 @@ fn check_twins(recording: &Recording) {
         let raw = pprof_raw(&twin);
         let per_unit = if entry["kind"] == "cpu" { 1 } else { 1_000 };
         assert_eq!(
-            raw_total(&raw),
+            pprof_raw_total(&raw),
             folded_total(&folded) * per_unit,
             "{}: pprof's total is not the folded file's:\n{raw}",
             twin.display()
@@ -239,7 +206,7 @@ fn check_merge(out: &Path, a: &Recording, b: &Recording) -> BTreeMap<(u64, Strin
         assert!(out.join(entry["svg"].as_str().unwrap()).exists());
         let twin = pprof_raw(&out.join(entry["pprof"].as_str().unwrap()));
         let per_unit = if entry["kind"] == "cpu" { 1 } else { 1_000 };
-        assert_eq!(raw_total(&twin), samples * per_unit, "{path}");
+        assert_eq!(pprof_raw_total(&twin), samples * per_unit, "{path}");
     }
     // Both executors are kept; their stages are summed in new files.
     for executor in ["1", "2"] {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use sparkprof_tests::{
     Workload, build_workload,
     fake_executor::{APP_ID, FakeExecutor},
-    parse_folded, read_sysctl, require_root, sparkprof_bin,
+    parse_folded, pprof_raw, pprof_raw_total, read_sysctl, require_root, sparkprof_bin,
 };
 
 /// A running `sparkprof daemon`; killed if dropped.
@@ -170,6 +170,11 @@ fn windows_count_every_sample_once() {
     assert!(all.len() >= 4, "{} windows:\n{log}", all.len());
     for window in &all {
         assert!(window.join("index.json").exists(), "{}", window.display());
+        assert!(
+            window.join("samples.parquet").exists(),
+            "{}",
+            window.display()
+        );
     }
     let per_window: Vec<u64> = all.iter().map(|w| samples_of(w, pid)).collect();
     let total: u64 = per_window.iter().sum();
@@ -260,6 +265,10 @@ fn a_spark_application_rolls_up_and_completes_when_it_exits() {
         assert_eq!(in_rollup, summed, "{rel}");
         assert_eq!(file["samples"].as_u64(), Some(summed), "{rel}");
         assert!(rollup.join(file["svg"].as_str().unwrap()).exists());
+        // Its pprof twin, as Go's pprof reads it, sums the same.
+        let twin = pprof_raw(&rollup.join(file["pprof"].as_str().unwrap()));
+        let per_unit = if file["kind"] == "cpu" { 1 } else { 1_000 };
+        assert_eq!(pprof_raw_total(&twin), summed * per_unit, "{rel}");
     }
 }
 
