@@ -134,6 +134,19 @@ impl Drop for Tmpfs {
     }
 }
 
+/// No `.partial-*` window is left in `dir/windows`.
+fn assert_no_partial_window(dir: &Path, case: &str) {
+    let partial: Vec<_> = std::fs::read_dir(dir.join("windows"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|name| name.to_string_lossy().starts_with(".partial"))
+        .collect();
+    assert!(
+        partial.is_empty(),
+        "{case}: partial windows left: {partial:?}"
+    );
+}
+
 /// The daemon's status.json.
 fn status(dir: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap()
@@ -189,14 +202,7 @@ fn windows_count_every_sample_once() {
         "{total} samples over windows {per_window:?}, expected {expected:.0} ({cpu_seconds:.2} s of CPU)"
     );
     // Nothing half-written; a status for a person.
-    assert!(
-        std::fs::read_dir(dir.join("windows")).unwrap().all(|e| !e
-            .unwrap()
-            .file_name()
-            .to_string_lossy()
-            .starts_with(".partial")),
-        "a partial window was left"
-    );
+    assert_no_partial_window(&dir, "");
     let status = status(&dir);
     assert_eq!(status["windows_written"].as_u64(), Some(all.len() as u64));
     assert!(status["rss_bytes"].as_u64().unwrap() > 0);
@@ -517,14 +523,7 @@ fn a_full_disk_stops_windows_not_the_daemon() {
         for window in &published {
             assert!(window.join("index.json").exists(), "{}", window.display());
         }
-        assert!(
-            std::fs::read_dir(dir.join("windows")).unwrap().all(|e| !e
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with(".partial")),
-            "{case}: a partial window was left"
-        );
+        assert_no_partial_window(&dir, case);
     }
 }
 

@@ -38,7 +38,7 @@ fn files_are_0640_regular_files_and_planted_symlinks_are_not_followed() {
     let files = recording.files();
     assert!(!files.is_empty());
     for entry in files {
-        for key in ["path", "svg"] {
+        for key in ["path", "svg", "pprof"] {
             let path = recording.dir().join(entry[key].as_str().unwrap());
             let meta = std::fs::symlink_metadata(&path).unwrap();
             assert!(
@@ -186,14 +186,18 @@ fn relative_files(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// The files a recording's index lists (itself included).
+/// The files a recording's index lists (itself and its samples table
+/// included).
 fn listed(recording: &sparkprof_tests::Recording) -> std::collections::BTreeSet<String> {
     let mut files: std::collections::BTreeSet<String> = recording
         .files()
         .iter()
-        .flat_map(|entry| ["path", "svg"].map(|key| entry[key].as_str().unwrap().to_owned()))
+        .flat_map(|entry| {
+            ["path", "svg", "pprof"].map(|key| entry[key].as_str().unwrap().to_owned())
+        })
         .collect();
     files.insert("index.json".into());
+    files.insert(recording.index["samples_table"].as_str().unwrap().into());
     files
 }
 

@@ -46,23 +46,10 @@ pub struct RollupIndex {
     pub windows: Vec<String>,
     pub start: Option<String>,
     pub end: Option<String>,
-    pub files: Vec<RollupFile>,
-}
-
-/// One summed file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RollupFile {
-    /// Relative to the roll-up's directory (as under `spark/<app_id>/`).
-    pub path: String,
-    pub svg: String,
-    #[serde(default)]
-    pub pprof: String,
-    pub kind: String,
-    pub unit: String,
-    pub samples: u64,
-    pub role: String,
-    pub executor_id: Option<String>,
-    pub stage_id: Option<u64>,
+    /// Each summed file, its path relative to the roll-up's directory (as
+    /// under `spark/<app_id>/`), its `samples`, `start` and `end` over
+    /// every window.
+    pub files: Vec<ReadEntry>,
 }
 
 /// A window's index, as much of it as a roll-up needs.
@@ -160,44 +147,28 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             let title = format!("{app}: {}", rel.trim_end_matches(".folded"));
             let svg = folded::flame_graph(&summed.text, &title, &entry.unit)?;
             atomic::write_atomic(&root, &svg_rel, &svg)?;
-            // Its pprof twin, over the roll-up's whole time.
-            let mut labels = FileLabels::of_read(&index.host, period, entry);
-            let since = rollup
-                .files
-                .iter()
-                .find(|f| f.path == rel)
-                .and(rollup.start.as_deref());
-            if let Some(since) = since.and_then(|s| humantime::parse_rfc3339(s).ok()) {
-                labels.start = labels.start.map(|start| start.min(since));
-            }
-            let twin_rel = pprof::twin_path(Path::new(rel));
-            let twin = pprof::encode(&[(&labels, folded_lines(&summed.text).collect())])?;
-            atomic::write_atomic(&root, &twin_rel, &twin)?;
-            match rollup.files.iter_mut().find(|f| f.path == rel) {
-                Some(file) => {
-                    file.samples = summed.total;
-                    file.pprof = twin_rel.display().to_string();
-                }
-                None => rollup.files.push(RollupFile {
+            let mut file = match rollup.files.iter().position(|f| f.path == rel) {
+                Some(at) => rollup.files.swap_remove(at),
+                None => ReadEntry {
                     path: rel.to_owned(),
                     svg: svg_rel.display().to_string(),
-                    pprof: twin_rel.display().to_string(),
-                    kind: entry.kind.clone(),
-                    unit: entry.unit.clone(),
-                    samples: summed.total,
-                    role: entry.role.clone(),
-                    executor_id: entry.executor_id.clone(),
-                    stage_id: entry.stage_id,
-                }),
-            }
-            rollup.start = Some(match rollup.start.take() {
-                Some(start) if start <= entry.start => start,
-                _ => entry.start.clone(),
-            });
-            rollup.end = Some(match rollup.end.take() {
-                Some(end) if end >= entry.end => end,
-                _ => entry.end.clone(),
-            });
+                    pprof: pprof::twin_path(Path::new(rel)).display().to_string(),
+                    ..entry.clone()
+                },
+            };
+            file.samples = summed.total;
+            file.start = earliest(&file.start, &entry.start);
+            file.end = latest(&file.end, &entry.end);
+            // Its pprof twin, over the roll-up's whole time.
+            let labels = FileLabels::of_read(&index.host, period, &file);
+            let twin = pprof::encode(&[(&labels, folded_lines(&summed.text).collect())])?;
+            atomic::write_atomic(&root, Path::new(&file.pprof), &twin)?;
+            rollup.files.push(file);
+            rollup.start = Some(earliest(
+                rollup.start.as_deref().unwrap_or(""),
+                &entry.start,
+            ));
+            rollup.end = Some(latest(rollup.end.as_deref().unwrap_or(""), &entry.end));
         }
         rollup.files.sort_by(|a, b| a.path.cmp(&b.path));
         rollup.windows.push(name.to_owned());
@@ -250,6 +221,21 @@ fn safe_name(app: &str) -> String {
         })
         .collect::<String>()
         .replace("..", "__")
+}
+
+/// The earlier of two RFC 3339 UTC times (which sort as text); an empty
+/// one is unknown.
+fn earliest(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (false, false) => a.min(b).to_owned(),
+        (true, _) => b.to_owned(),
+        (_, true) => a.to_owned(),
+    }
+}
+
+/// The later of two RFC 3339 UTC times; an empty one is unknown.
+fn latest(a: &str, b: &str) -> String {
+    a.max(b).to_owned()
 }
 
 /// Two folded texts summed line by line.

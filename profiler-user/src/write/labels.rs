@@ -41,7 +41,9 @@ pub struct ReadEntry {
     pub kind: String,
     pub unit: String,
     pub samples: u64,
+    #[serde(default)]
     pub start: String,
+    #[serde(default)]
     pub end: String,
     pub pid: Option<u32>,
     pub process: Option<String>,
