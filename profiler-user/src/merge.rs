@@ -25,11 +25,14 @@ use std::{
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::write::{
-    atomic, folded,
-    labels::{FileLabels, ReadEntry, folded_lines},
-    output_dir::{INDEX, OutputDir, OutputDirError},
-    pprof, table,
+use crate::{
+    daemon::windows,
+    write::{
+        atomic, folded,
+        labels::{FileLabels, ReadEntry, folded_lines},
+        output_dir::{INDEX, OutputDir, OutputDirError},
+        pprof, table,
+    },
 };
 
 #[derive(Debug, Error)]
@@ -140,19 +143,17 @@ fn recordings(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
     if dir.join(INDEX).is_file() {
         return Ok(vec![dir.to_path_buf()]);
     }
-    let windows = dir.join("windows");
-    let entries = fs::read_dir(&windows).map_err(|_| MergeError::NotARecording {
-        path: dir.to_path_buf(),
-        why: format!("it has neither {INDEX} nor windows/"),
-    })?;
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| e.path())
-        .filter(|p| p.join(INDEX).is_file())
-        .collect();
-    found.sort();
-    Ok(found)
+    if !dir.join(windows::WINDOWS).is_dir() {
+        return Err(MergeError::NotARecording {
+            path: dir.to_path_buf(),
+            why: format!("it has neither {INDEX} nor {}/", windows::WINDOWS),
+        });
+    }
+    Ok(windows::published(dir)
+        .into_iter()
+        .map(|(_, path)| path)
+        .filter(|path| path.join(INDEX).is_file())
+        .collect())
 }
 
 /// A path an index lists, if it stays inside its directory.
