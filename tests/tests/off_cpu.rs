@@ -286,6 +286,14 @@ fn java_threads_waiting_in_sleep_and_at_a_monitor() {
                     .any(|f| through.iter().any(|name| f.contains(name)))
         });
         eprintln!("{thread}: {waiting} us in futex waits under {through:?}");
+        if waiting < 2_500_000 {
+            // What the thread's waits were recorded as instead.
+            let mut own: Vec<&Stack> = stacks.iter().filter(|s| s.frames[1] == thread).collect();
+            own.sort_by_key(|s| std::cmp::Reverse(s.count));
+            for stack in own.iter().take(5) {
+                eprintln!("  {} us: {}", stack.count, stack.frames.join(";"));
+            }
+        }
         assert!(
             waiting >= 2_500_000,
             "{thread}: only {waiting} us waiting in futex under {through:?}"
