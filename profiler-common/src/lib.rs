@@ -569,6 +569,17 @@ pub const MAX_TARGET_TGIDS: u32 = 4_096;
 /// are detached only after that, because each detach waits for an RCU
 /// grace period that can take long on a host with thousands of threads.
 pub const BUFFER_STOPPED: u32 = 2;
+
+/// The elements of `ACTIVE_BUFFER` (an `Array<u32>` every sample reads).
+pub mod control {
+    /// Which buffer (0 or 1) the programs write, or [`crate::BUFFER_STOPPED`].
+    pub const BUFFER: u32 = 0;
+    /// Moved on by userspace (its only writer) whenever it registers or
+    /// forgets a JVM whose stacks the kernel walks or a followed CPython.
+    pub const PROCESS_GENERATION: u32 = 1;
+    /// Number of elements.
+    pub const COUNT: u32 = 2;
+}
 /// Depth the stack maps are compiled with (the kernel's default
 /// `perf_event_max_stack`); userspace rewrites it before loading.
 pub const COMPILED_STACK_DEPTH: u32 = 127;

@@ -47,7 +47,7 @@ use profiler_common::{
 
 use crate::{
     hashed_stacks::{FNV_OFFSET, Pooled, StackSink, fnv},
-    on_cpu::count_sample,
+    on_cpu::{count_sample, thread_facts},
     stats::count_stat,
     user_memory::{read_u32, read_u64},
 };
@@ -122,6 +122,12 @@ const SLOT_SENDER_SP: usize = 7;
 const SLOT_LINK: usize = 8;
 const SLOT_RETURN: usize = 9;
 
+/// Whether the kernel walks process `tgid`'s Java frames.
+#[inline(always)]
+pub fn is_walked_jvm(tgid: u32) -> bool {
+    unsafe { HOTSPOT_PROCS.get(&tgid) }.is_some()
+}
+
 /// Hands the sample to the walker if its process is a registered JVM;
 /// returns (without having counted it) if not, or if the tail call fails.
 #[inline(always)]
@@ -186,7 +192,9 @@ pub fn hotspot_walk(ctx: PerfEventContext) -> u32 {
     unsafe { HOTSPOT_WALKER.tail_call(&ctx, HOTSPOT_FINISH_SLOT) };
     // Only if the finishing program is missing: the sample counts with a
     // frame-pointer walk.
-    count_sample(&ctx, walk.buffer, ctx.tgid(), 0, false);
+    if let Some(facts) = thread_facts(ctx.tgid(), ctx.pid()) {
+        count_sample(&ctx, walk.buffer, ctx.tgid(), 0, facts);
+    }
     0
 }
 
@@ -210,8 +218,10 @@ pub fn hotspot_finish(ctx: PerfEventContext) -> u32 {
         }
         .file(walk.hash ^ u64::from(walk.stack.truncated), &walk.stack)
     };
-    // A JVM: no Python frames to look for.
-    count_sample(&ctx, walk.buffer, ctx.tgid(), stack, false);
+    // The facts the sampler just kept on this CPU.
+    if let Some(facts) = thread_facts(ctx.tgid(), ctx.pid()) {
+        count_sample(&ctx, walk.buffer, ctx.tgid(), stack, facts);
+    }
     0
 }
 

@@ -1,6 +1,16 @@
 //! On-CPU sampling: a perf_event program on the software cpu-clock event of
 //! every online CPU. Each sample adds one to the count of
 //! (tgid, tid, name epoch, user stack, kernel stack, comm).
+//!
+//! Beyond its two stack walks and the count, a sample needs three facts
+//! about its thread: whether its process is a JVM the kernel walks, whether
+//! it is a followed CPython, and the thread's name epoch. Each is a hash
+//! lookup, and for most samples all three miss. A busy thread is sampled
+//! many times in a row on one CPU, so each CPU keeps the facts of the
+//! thread it sampled last (`LAST_THREAD`), valid while two generations
+//! stand still: userspace moves one (in `ACTIVE_BUFFER`) on whenever it
+//! registers or forgets a process, the rename programs the other
+//! (`RENAME_GENERATION`) at every rename.
 
 use aya_ebpf::{
     EbpfContext, Global,
@@ -8,21 +18,21 @@ use aya_ebpf::{
     helpers::bpf_get_current_comm,
     helpers::bpf_get_smp_processor_id,
     macros::{map, perf_event},
-    maps::{Array, HashMap, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
     BUFFER_STOPPED, COMM_LEN, DEFAULT_COUNT_MAP_ENTRIES, DEFAULT_STACK_MAP_ENTRIES,
-    MAX_TARGET_TGIDS, SampleKey, stack_error, stat,
+    MAX_TARGET_TGIDS, SampleKey, control, stack_error, stat,
 };
 
 use crate::{
     hashed_stacks::Pooled,
-    hotspot::walk_if_jvm,
-    python::{python_stack, sample_stacks},
+    hotspot::{is_walked_jvm, walk_if_jvm},
+    python::{is_followed_python, python_stack, sample_stacks},
     stats::count_stat,
-    thread_names::thread_epoch,
+    thread_names::{rename_generation, thread_epoch},
 };
 
 /// Non-zero: sample only the processes in `TARGET_TGIDS` (`--pid`).
@@ -30,7 +40,38 @@ use crate::{
 static FILTER_BY_TGID: Global<u8> = Global::new(0);
 
 #[map]
-static ACTIVE_BUFFER: Array<u32> = Array::with_max_entries(1, 0);
+static ACTIVE_BUFFER: Array<u32> = Array::with_max_entries(control::COUNT, 0);
+
+/// The facts of the thread a CPU sampled last (see the module's comment).
+#[repr(C)]
+pub struct ThreadFacts {
+    tid: u32,
+    tgid: u32,
+    process_generation: u32,
+    /// `JVM` and `PYTHON` bits.
+    kinds: u32,
+    rename_generation: u64,
+    pub name_epoch: u32,
+    _pad: u32,
+}
+
+const JVM: u32 = 1;
+const PYTHON: u32 = 2;
+
+impl ThreadFacts {
+    #[inline(always)]
+    pub fn jvm(&self) -> bool {
+        self.kinds & JVM != 0
+    }
+
+    #[inline(always)]
+    pub fn python(&self) -> bool {
+        self.kinds & PYTHON != 0
+    }
+}
+
+#[map]
+static LAST_THREAD: PerCpuArray<ThreadFacts> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static TARGET_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGIDS, 0);
@@ -62,24 +103,57 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         count_stat(stat::FILTERED);
         return 0;
     }
+    let Some(facts) = thread_facts(tgid, ctx.pid()) else {
+        return 0;
+    };
     // A registered JVM's stack is walked through its Java frames by
     // `hotspot_walk`, which counts the sample (this returns if it cannot).
-    walk_if_jvm(&ctx, tgid, buffer);
-    count_sample(&ctx, buffer, tgid, 0, true);
+    if facts.jvm() {
+        walk_if_jvm(&ctx, tgid, buffer);
+    }
+    count_sample(&ctx, buffer, tgid, 0, facts);
     0
+}
+
+/// The current thread's facts: this CPU's last ones if they are still
+/// true, else looked up (and kept).
+#[inline(always)]
+pub fn thread_facts(tgid: u32, tid: u32) -> Option<&'static ThreadFacts> {
+    // Read before the lookups: a change during them leaves the facts kept
+    // under the older generation, so the next sample looks again.
+    let process_generation = control(control::PROCESS_GENERATION);
+    let rename_generation = rename_generation();
+    let facts = unsafe { &mut *LAST_THREAD.get_ptr_mut(0)? };
+    if facts.tid != tid
+        || facts.tgid != tgid
+        || facts.process_generation != process_generation
+        || facts.rename_generation != rename_generation
+    {
+        *facts = ThreadFacts {
+            tid,
+            tgid,
+            process_generation,
+            rename_generation,
+            name_epoch: thread_epoch(tid),
+            kinds: if is_walked_jvm(tgid) { JVM } else { 0 }
+                | if is_followed_python(tgid) { PYTHON } else { 0 },
+            _pad: 0,
+        };
+    }
+    Some(facts)
 }
 
 /// Counts a sample of the current thread in `buffer`: with its user stack
 /// from `HOTSPOT_STACKS` (`hotspot_stack`, the kernel's own frame-pointer
-/// walk when `0`), its kernel stack, name epoch, Python stack (if `python`:
-/// the process may be a followed CPython) and comm.
+/// walk when `0`), its kernel stack, name epoch, Python stack (if its
+/// process is a followed CPython) and comm.
 #[inline(always)]
 pub fn count_sample(
     ctx: &PerfEventContext,
     buffer: u32,
     tgid: u32,
     hotspot_stack: u64,
-    python: bool,
+    facts: &ThreadFacts,
 ) {
     let (counts, stacks) = if buffer == 0 {
         (&COUNTS_0, &STACKS_0)
@@ -99,9 +173,9 @@ pub fn count_sample(
         tid,
         user_stack_id,
         kernel_stack_id,
-        name_epoch: thread_epoch(tid),
+        name_epoch: facts.name_epoch,
         flags: 0,
-        python_stack: if python {
+        python_stack: if facts.python() {
             python_stack(
                 tgid,
                 tid,
@@ -123,7 +197,12 @@ pub fn count_sample(
 /// `BUFFER_STOPPED`.
 #[inline(always)]
 pub fn active_buffer() -> u32 {
-    ACTIVE_BUFFER.get(0).copied().unwrap_or(0)
+    control(control::BUFFER)
+}
+
+#[inline(always)]
+fn control(index: u32) -> u32 {
+    ACTIVE_BUFFER.get(index).copied().unwrap_or(0)
 }
 
 /// The stack id, or the negative errno stored in its place so the sample is

@@ -50,6 +50,12 @@ pub fn sample_stacks(buffer: u32) -> &'static HashMap<u64, PythonStack> {
     }
 }
 
+/// Whether process `tgid` is a followed CPython.
+#[inline(always)]
+pub fn is_followed_python(tgid: u32) -> bool {
+    unsafe { PY_PROCS.get(&tgid) }.is_some()
+}
+
 /// The current thread's Python stack, filed in `stacks` under a hash of its
 /// frames; `0` when the thread is not a registered Python thread or has no
 /// Python frame now.

@@ -25,7 +25,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_str_bytes,
     },
     macros::{btf_tracepoint, map, uprobe},
-    maps::{HashMap, LruHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, RingBuf},
     programs::{BtfTracePointContext, ProbeContext},
 };
 use profiler_common::{
@@ -50,6 +50,27 @@ static RENAMES: RingBuf = RingBuf::with_byte_size(RENAME_RING_BYTES, 0);
 #[map]
 static RENAME_WATCH_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_RENAME_WATCH_TGIDS, 0);
 
+/// Moved on at every rename: the samplers keep each CPU's last thread's
+/// epoch while it stands still (see `on_cpu`).
+#[map]
+static RENAME_GENERATION: Array<u64> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn rename_generation() -> u64 {
+    RENAME_GENERATION.get(0).copied().unwrap_or(0)
+}
+
+/// Moves the rename generation on, after a thread's epoch moved. Renames
+/// run on any CPU at once and BPF has no 32/64-bit fetch-add here, so the
+/// generation is not a count but the time of the last rename: whatever a
+/// sampler kept before this rename's epoch moved differs from it.
+#[inline(always)]
+fn renamed() {
+    if let Some(generation) = RENAME_GENERATION.get_ptr_mut(0) {
+        unsafe { *generation = bpf_ktime_get_ns() };
+    }
+}
+
 /// The current name epoch of a thread (0 until a rename is seen).
 #[inline(always)]
 pub fn thread_epoch(tid: u32) -> u32 {
@@ -60,7 +81,7 @@ pub fn thread_epoch(tid: u32) -> u32 {
 /// (or a rename of it) writes its entry, so a plain add is exact.
 #[inline(always)]
 fn next_epoch(tid: u32) -> u32 {
-    match THREAD_EPOCHS.get_ptr_mut(&tid) {
+    let epoch = match THREAD_EPOCHS.get_ptr_mut(&tid) {
         Some(epoch) => unsafe {
             *epoch = (*epoch).wrapping_add(1).max(1);
             *epoch
@@ -69,7 +90,10 @@ fn next_epoch(tid: u32) -> u32 {
             let _ = THREAD_EPOCHS.insert(&tid, &1, 0);
             1
         }
-    }
+    };
+    // The samplers' kept epochs are stale from now on.
+    renamed();
+    epoch
 }
 
 #[uprobe]

@@ -97,10 +97,13 @@ impl HotspotMaps {
         held.add("collect.hotspot_processes", self.watched.len());
     }
 
-    pub fn forget(&mut self, pid: u32) {
-        if self.watched.remove(&pid) {
+    /// Whether it was walked.
+    pub fn forget(&mut self, pid: u32) -> bool {
+        let walked = self.watched.remove(&pid);
+        if walked {
             let _ = self.processes.remove(&pid);
         }
+        walked
     }
 
     /// The stack filed under `hash` in the `idle` buffer (`0`: none).

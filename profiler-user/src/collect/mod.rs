@@ -34,7 +34,9 @@ use aya::{
 use hotspot::HotspotMaps;
 pub use hotspot::RawHotspotStack;
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
-use profiler_common::{BUFFER_STOPPED, PythonOffsets, SampleKey, names, stack_error, stat};
+use profiler_common::{
+    BUFFER_STOPPED, PythonOffsets, SampleKey, control, names, stack_error, stat,
+};
 use python::PythonMaps;
 pub use python::{PythonThread, RawPythonStack};
 use renames::{RenameFeed, ThreadRename};
@@ -204,6 +206,8 @@ pub struct Collector {
     counts: [HashMap<MapData, SampleKey, u64>; 2],
     stacks: [StackTraceMap<MapData>; 2],
     active_buffer: Array<MapData, u32>,
+    /// What `ACTIVE_BUFFER[control::PROCESS_GENERATION]` holds.
+    process_generation: u32,
     stats: PerCpuArray<MapData, u64>,
     renames: RenameFeed,
     off_cpu: Option<OffCpuRecorder>,
@@ -316,7 +320,7 @@ impl Collector {
         ];
         let mut active_buffer: Array<MapData, u32> = take_map(&mut ebpf, names::ACTIVE_BUFFER)?;
         active_buffer
-            .set(0, &0, 0)
+            .set(control::BUFFER, &0, 0)
             .map_err(|source| CollectError::Map {
                 name: names::ACTIVE_BUFFER,
                 source,
@@ -359,6 +363,7 @@ impl Collector {
             counts,
             stacks,
             active_buffer,
+            process_generation: 0,
             stats,
             renames,
             off_cpu,
@@ -455,7 +460,7 @@ impl Collector {
         if let Some(off_cpu) = self.off_cpu.as_mut() {
             off_cpu.follow_python(pid);
         }
-        Ok(())
+        self.processes_changed()
     }
 
     /// Replaces the threads of a followed CPython process: (tid,
@@ -470,17 +475,33 @@ impl Collector {
         pid: u32,
         info: &profiler_common::HotspotProcInfo,
     ) -> Result<(), CollectError> {
-        self.hotspot.watch(pid, info)
+        self.hotspot.watch(pid, info)?;
+        self.processes_changed()
     }
 
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.renames.forget(pid);
-        self.python.forget(pid);
-        self.hotspot.forget(pid);
+        let followed = self.python.forget(pid) | self.hotspot.forget(pid);
         if let Some(off_cpu) = self.off_cpu.as_mut() {
             off_cpu.forget(pid);
         }
+        if followed && let Err(err) = self.processes_changed() {
+            debug!("{err}");
+        }
+    }
+
+    /// Tells the sampler that the processes it walks or follows changed:
+    /// each CPU's kept facts of its last thread are stale (see the eBPF
+    /// crate's `on_cpu`).
+    fn processes_changed(&mut self) -> Result<(), CollectError> {
+        self.process_generation = self.process_generation.wrapping_add(1);
+        self.active_buffer
+            .set(control::PROCESS_GENERATION, &self.process_generation, 0)
+            .map_err(|source| CollectError::Map {
+                name: names::ACTIVE_BUFFER,
+                source,
+            })
     }
 
     /// Switches the sampler to the other buffer and returns everything that
@@ -500,7 +521,7 @@ impl Collector {
     /// until none still writes to the old one.
     fn set_active_buffer(&mut self, value: u32) -> Result<(), CollectError> {
         self.active_buffer
-            .set(0, &value, 0)
+            .set(control::BUFFER, &value, 0)
             .map_err(|source| CollectError::Map {
                 name: names::ACTIVE_BUFFER,
                 source,

@@ -105,11 +105,13 @@ impl PythonMaps {
         );
     }
 
-    pub fn forget(&mut self, pid: u32) {
-        let _ = self.processes.remove(&pid);
+    /// Whether it was followed.
+    pub fn forget(&mut self, pid: u32) -> bool {
+        let followed = self.processes.remove(&pid).is_ok();
         for tid in self.registered.remove(&pid).unwrap_or_default() {
             let _ = self.threads.remove(&tid);
         }
+        followed
     }
 
     /// The stack filed under `hash` in the `idle` buffer (`0`: none).

@@ -118,6 +118,17 @@ impl NativeSymbolizer {
         };
         if stale {
             self.maps.insert(key, KnownMaps::read(process.pid));
+            // blazesym reads /proc/PID/maps again at every symbolize call
+            // unless it holds the process's mappings: it gets them when we
+            // read ours, and keeps them until the next read (or the exit).
+            let mut vmas = blazesym::symbolize::cache::Process::new(Pid::from(process.pid));
+            vmas.cache_perf_map = false;
+            if let Err(err) = self
+                .symbolizer
+                .cache(&blazesym::symbolize::cache::Cache::Process(vmas))
+            {
+                debug!(pid = process.pid, "caching mappings failed: {err}");
+            }
         }
         let known = self.maps.get_mut(&key).expect("just read");
         let (code, outside): (Vec<u64>, Vec<u64>) =
