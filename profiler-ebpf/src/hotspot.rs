@@ -193,7 +193,7 @@ pub fn hotspot_walk(ctx: PerfEventContext) -> u32 {
     // Only if the finishing program is missing: the sample counts with a
     // frame-pointer walk.
     if let Some(facts) = thread_facts(ctx.tgid(), ctx.pid()) {
-        count_sample(&ctx, walk.buffer, ctx.tgid(), 0, facts);
+        count_sample(&ctx, walk.buffer, ctx.tgid(), 0, facts.name_epoch, false);
     }
     0
 }
@@ -218,9 +218,17 @@ pub fn hotspot_finish(ctx: PerfEventContext) -> u32 {
         }
         .file(walk.hash ^ u64::from(walk.stack.truncated), &walk.stack)
     };
-    // The facts the sampler just kept on this CPU.
+    // The facts the sampler just kept on this CPU; a JVM: no Python
+    // frames to look for.
     if let Some(facts) = thread_facts(ctx.tgid(), ctx.pid()) {
-        count_sample(&ctx, walk.buffer, ctx.tgid(), stack, facts);
+        count_sample(
+            &ctx,
+            walk.buffer,
+            ctx.tgid(),
+            stack,
+            facts.name_epoch,
+            false,
+        );
     }
     0
 }

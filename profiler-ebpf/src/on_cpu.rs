@@ -111,7 +111,7 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     if facts.jvm() {
         walk_if_jvm(&ctx, tgid, buffer);
     }
-    count_sample(&ctx, buffer, tgid, 0, facts);
+    count_sample(&ctx, buffer, tgid, 0, facts.name_epoch, facts.python());
     0
 }
 
@@ -145,15 +145,18 @@ pub fn thread_facts(tgid: u32, tid: u32) -> Option<&'static ThreadFacts> {
 
 /// Counts a sample of the current thread in `buffer`: with its user stack
 /// from `HOTSPOT_STACKS` (`hotspot_stack`, the kernel's own frame-pointer
-/// walk when `0`), its kernel stack, name epoch, Python stack (if its
-/// process is a followed CPython) and comm.
+/// walk when `0`), its kernel stack, name epoch, Python stack (if `python`:
+/// its process is a followed CPython; a constant `false` in the JVM
+/// walker's programs keeps the Python walk out of them, and out of their
+/// verification) and comm.
 #[inline(always)]
 pub fn count_sample(
     ctx: &PerfEventContext,
     buffer: u32,
     tgid: u32,
     hotspot_stack: u64,
-    facts: &ThreadFacts,
+    name_epoch: u32,
+    python: bool,
 ) {
     let (counts, stacks) = if buffer == 0 {
         (&COUNTS_0, &STACKS_0)
@@ -173,9 +176,9 @@ pub fn count_sample(
         tid,
         user_stack_id,
         kernel_stack_id,
-        name_epoch: facts.name_epoch,
+        name_epoch,
         flags: 0,
-        python_stack: if facts.python() {
+        python_stack: if python {
             python_stack(
                 tgid,
                 tid,
