@@ -342,13 +342,22 @@ pub struct OffCpuSite {
 /// a wait (a writer woken reader, for one) alternates between two.
 pub const OFFCPU_SITES: usize = 2;
 
-/// A thread of interest's entry in `OFFCPU_START`, keyed by its
-/// `task_struct` address (what the sched_switch tracepoint hands over for
-/// the thread coming back, without a read): whether it is away, since
-/// when, and the sites it last left from.
+/// A thread of interest's slot, found by its `task_struct` address (what
+/// the sched_switch tracepoint hands over for the thread coming back,
+/// without a read): whether it is away, since when, and the sites it last
+/// left from. Slots are the entries of the `OFFCPU_THREADS` array at a
+/// hash of that address (an array entry is found without a hash lookup,
+/// which costs more than the rest of a short switch); a thread whose entry
+/// another holds has its slot in the `OFFCPU_START` hash map instead.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OffCpuStart {
+    /// The holder's `task_struct` address; `0`: a free entry.
+    pub task: u64,
+    /// Non-zero once a thread whose entry this is went to `OFFCPU_START`:
+    /// only then is a thread not found here looked for there.
+    pub spilled: u32,
+    pub _pad: u32,
     /// `bpf_ktime_get_ns` at switch-out; `0`: no period open.
     pub ktime_ns: u64,
     pub tid: u32,
@@ -477,8 +486,12 @@ pub mod names {
     pub const OFFCPU_NEW_USER_STACKS: &str = "OFFCPU_NEW_USER_STACKS";
     pub const OFFCPU_NEW_KERNEL_STACKS: &str = "OFFCPU_NEW_KERNEL_STACKS";
     pub const OFFCPU_NEW_PY_STACKS: &str = "OFFCPU_NEW_PY_STACKS";
-    /// `HashMap<u64 task_struct address, OffCpuStart>`: threads of
-    /// interest that have left a CPU at least once; removed as they exit.
+    /// `Array<OffCpuStart>` at a hash of the `task_struct` address
+    /// ([`crate::offcpu_thread_index`]): threads of interest that have left
+    /// a CPU at least once; freed as they exit.
+    pub const OFFCPU_THREADS: &str = "OFFCPU_THREADS";
+    /// `HashMap<u64 task_struct address, OffCpuStart>`: the slots of
+    /// threads whose `OFFCPU_THREADS` entry another thread holds.
     pub const OFFCPU_START: &str = "OFFCPU_START";
     /// `LruHashMap<u64, OffCpuKernelStack>`: kernel stacks of off-CPU periods.
     pub const OFFCPU_KERNEL_STACKS: &str = "OFFCPU_KERNEL_STACKS";
@@ -521,8 +534,19 @@ pub const OFFCPU_WATCHED_PYTHON: u32 = 1 << 31;
 /// Most slots of `OFFCPU_WATCHED`: with a larger `pid_max`, process ids
 /// share slots modulo this.
 pub const MAX_OFFCPU_SLOTS: u32 = 1 << 18;
-/// Threads of interest `OFFCPU_START` can follow at once.
+/// Entries of `OFFCPU_THREADS` (a power of two).
 pub const DEFAULT_OFFCPU_THREADS: u32 = 32_768;
+/// Entries of `OFFCPU_START`, for threads whose `OFFCPU_THREADS` entry is
+/// taken (with 3,000 threads of interest, about 140 are).
+pub const OFFCPU_SPILLED_THREADS: u32 = 8_192;
+
+/// The `OFFCPU_THREADS` entry of the thread whose `task_struct` is at
+/// `task`: a multiplicative hash of the address (task structs are a few
+/// KiB apart, so the low bits alone would leave most entries unused).
+#[inline(always)]
+pub const fn offcpu_thread_index(task: u64) -> u32 {
+    ((task >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 49) as u32 & (DEFAULT_OFFCPU_THREADS - 1)
+}
 /// A site's walked user stack is reused for this long, then walked again.
 pub const OFFCPU_SITE_TTL_NS: u64 = 100_000_000;
 /// Key of a stack that could not be kept (its ring was full): userspace
@@ -627,7 +651,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<OffCpuSite>(), 48);
         assert_eq!(
             core::mem::size_of::<OffCpuStart>(),
-            8 + 4 * 4 + 8 + 48 * OFFCPU_SITES + COMM_LEN
+            8 + 2 * 4 + 8 + 4 * 4 + 8 + 48 * OFFCPU_SITES + COMM_LEN
         );
     }
 

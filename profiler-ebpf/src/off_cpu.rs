@@ -5,7 +5,9 @@
 //! The program runs on every context switch of the host, in the context of
 //! the thread leaving (`prev`), so its cost is kept to what each side needs:
 //! - `prev` of interest (its process is in `OFFCPU_WATCHED`): the time, how
-//!   it left, and its user stack go to its `OFFCPU_START` slot. The user
+//!   it left, and its user stack go to its slot (`OffCpuStart`: an
+//!   `OFFCPU_THREADS` entry, or for the few whose entry is taken, one in
+//!   `OFFCPU_START`). The user
 //!   stack can only be read here, in its own context; walking it costs more
 //!   than a short context switch, so a walk is reused while the thread
 //!   leaves from the same site (see `OffCpuSite`). A followed CPython
@@ -15,6 +17,11 @@
 //!   it has not run since) is read with `bpf_get_task_stack`, and the time
 //!   is added to `(thread, stacks, epoch, state)` in the active buffer.
 //!   Shorter periods cost one slot read.
+//!
+//! A switch between two watched threads that were away briefly (a
+//! ping-pong, a lock handed back and forth) is the common costly case:
+//! it reads the clock once, finds both slots as array entries, and
+//! compares registers; a hash lookup is what made it slow.
 
 use aya_ebpf::{
     Global,
@@ -31,9 +38,9 @@ use aya_ebpf::{
 use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_RING_BYTES, OFFCPU_KERNEL_STACK_ENTRIES,
-    OFFCPU_PY_RING_BYTES, OFFCPU_PY_STACK_ENTRIES, OFFCPU_SITE_TTL_NS, OFFCPU_USER_DEPTH,
-    OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey, OffCpuSite,
-    OffCpuStart, OffCpuUserStack, PythonStack, stat,
+    OFFCPU_PY_RING_BYTES, OFFCPU_PY_STACK_ENTRIES, OFFCPU_SITE_TTL_NS, OFFCPU_SPILLED_THREADS,
+    OFFCPU_USER_DEPTH, OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey,
+    OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, offcpu_thread_index, stat,
 };
 
 use crate::{
@@ -53,8 +60,10 @@ static OFFCPU_SLOT_MASK: Global<u32> = Global::new(MAX_OFFCPU_SLOTS - 1);
 static OFFCPU_WATCHED: Array<u32> = Array::with_max_entries(MAX_OFFCPU_SLOTS, 0);
 
 #[map]
+static OFFCPU_THREADS: Array<OffCpuStart> = Array::with_max_entries(DEFAULT_OFFCPU_THREADS, 0);
+#[map]
 static OFFCPU_START: HashMap<u64, OffCpuStart> =
-    HashMap::with_max_entries(DEFAULT_OFFCPU_THREADS, 0);
+    HashMap::with_max_entries(OFFCPU_SPILLED_THREADS, 0);
 
 #[map]
 static OFFCPU_COUNTS_0: HashMap<OffCpuKey, u64> =
@@ -118,14 +127,109 @@ const REPORT_BITS: u32 = 0x7f;
 /// unsigned int prev_state)`, in the context of `prev`.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    switched_out(&ctx);
-    switched_in(&ctx);
+    // One clock read for both sides: read only if either is of interest.
+    let mut now = 0;
+    switched_out(&ctx, &mut now);
+    switched_in(&ctx, &mut now);
     0
+}
+
+/// One word of scratch space per CPU (see [`as_number`]).
+#[map]
+static WORD_SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// The address in a typed kernel pointer as a plain number. The verifier
+/// forbids arithmetic on a typed pointer (the slot index hashes the
+/// address), and keeps its type across registers and the stack; a value
+/// read back from a map is a number. (Storing a pointer in a map needs
+/// CAP_PERFMON, which the sampler has anyway.)
+#[inline(always)]
+fn as_number(pointer: u64) -> u64 {
+    let Some(word) = WORD_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    unsafe {
+        core::ptr::write_volatile(word, pointer);
+        core::ptr::read_volatile(word)
+    }
+}
+
+/// The clock, read at most once per switch.
+#[inline(always)]
+fn clock(now: &mut u64) -> u64 {
+    if *now == 0 {
+        *now = unsafe { bpf_ktime_get_ns() };
+    }
+    *now
+}
+
+/// The slot of the thread whose `task_struct` is at `task`, if it has one.
+#[inline(always)]
+fn slot_of(task: u64) -> Option<&'static mut OffCpuStart> {
+    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(task))? };
+    if entry.task == task {
+        Some(entry)
+    } else if entry.spilled != 0 {
+        OFFCPU_START
+            .get_ptr_mut(&task)
+            .map(|slot| unsafe { &mut *slot })
+    } else {
+        None
+    }
+}
+
+/// A thread's first switch-out: a slot that lives until it exits, its
+/// entry of `OFFCPU_THREADS` if free, else one in `OFFCPU_START`.
+///
+/// Two threads with one entry leaving for the first time at the same
+/// instant on two CPUs could both take it (BPF here has no
+/// compare-and-swap): the one whose write lost finds the entry taken at
+/// its return, loses that one period and spills at its next switch-out.
+#[inline(always)]
+fn new_slot(task: u64) -> Option<&'static mut OffCpuStart> {
+    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(task))? };
+    if entry.task == 0 {
+        let spilled = entry.spilled;
+        *entry = unsafe { core::mem::zeroed() };
+        entry.task = task;
+        entry.spilled = spilled;
+        return Some(entry);
+    }
+    let mut empty: OffCpuStart = unsafe { core::mem::zeroed() };
+    empty.task = task;
+    if OFFCPU_START
+        .insert(&task, &empty, BPF_NOEXIST as u64)
+        .is_err()
+    {
+        count_stat(stat::OFFCPU_THREADS_FULL);
+        return None;
+    }
+    entry.spilled = 1;
+    OFFCPU_START
+        .get_ptr_mut(&task)
+        .map(|slot| unsafe { &mut *slot })
+}
+
+/// Frees an exiting thread's slot: a thread that reuses its task_struct
+/// soon after must not start with its sites (and its first sleep with its
+/// stack).
+#[inline(always)]
+fn free_slot(task: u64) {
+    let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(task)) else {
+        return;
+    };
+    let entry = unsafe { &mut *entry };
+    if entry.task == task {
+        entry.task = 0;
+        entry.ktime_ns = 0;
+    } else if entry.spilled != 0 {
+        let _ = OFFCPU_START.remove(&task);
+    }
 }
 
 /// The current thread (`prev`) leaves the CPU: open its period.
 #[inline(always)]
-fn switched_out(ctx: &BtfTracePointContext) {
+fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let tgid = (pid_tgid >> 32) as u32;
@@ -138,32 +242,14 @@ fn switched_out(ctx: &BtfTracePointContext) {
     let task = unsafe { bpf_get_current_task() };
     let prev_state: u64 = ctx.arg(3);
     if prev_state as u32 & TASK_DEAD != 0 {
-        // Never to run again: no slot, or a thread that reuses this
-        // task_struct soon after would start with this one's sites (and
-        // its first sleep with this one's stack).
-        let _ = OFFCPU_START.remove(&task);
+        // Never to run again.
+        free_slot(task);
         return;
     }
-    let slot = match OFFCPU_START.get_ptr_mut(&task) {
-        Some(slot) => slot,
-        None => {
-            // The thread's first switch-out: its slot lives until it exits.
-            let empty: OffCpuStart = unsafe { core::mem::zeroed() };
-            if OFFCPU_START
-                .insert(&task, &empty, BPF_NOEXIST as u64)
-                .is_err()
-            {
-                count_stat(stat::OFFCPU_THREADS_FULL);
-                return;
-            }
-            match OFFCPU_START.get_ptr_mut(&task) {
-                Some(slot) => slot,
-                None => return,
-            }
-        }
+    let Some(slot) = slot_of(task).or_else(|| new_slot(task)) else {
+        return;
     };
-    let slot = unsafe { &mut *slot };
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = clock(now);
     let preempt: u64 = ctx.arg(0);
     let (ip, sp, bp, syscall) = user_registers();
     let fresh = |site: &OffCpuSite| {
@@ -216,19 +302,18 @@ fn switched_out(ctx: &BtfTracePointContext) {
 
 /// `next` gets the CPU back: count the time it was away.
 #[inline(always)]
-fn switched_in(ctx: &BtfTracePointContext) {
+fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     // The typed `next` pointer is only compared, as a key: a slot exists
     // only for threads of interest that left a CPU.
-    let next: u64 = ctx.arg(2);
-    let Some(slot) = OFFCPU_START.get_ptr_mut(&next) else {
+    let next = as_number(ctx.arg(2));
+    let Some(slot) = slot_of(next) else {
         return;
     };
-    let slot = unsafe { &mut *slot };
     if slot.ktime_ns == 0 {
         return;
     }
     let tid = slot.tid;
-    let blocked = unsafe { bpf_ktime_get_ns() }.saturating_sub(slot.ktime_ns);
+    let blocked = clock(now).saturating_sub(slot.ktime_ns);
     slot.ktime_ns = 0;
     if blocked < OFFCPU_MIN_BLOCK_NS.load() {
         count_stat(stat::OFFCPU_SHORT);
@@ -438,7 +523,6 @@ fn report_state(preempt: bool, state: u32) -> u32 {
 /// task_struct *p, ...)` runs in its context): free its slot.
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    let task = unsafe { bpf_get_current_task() };
-    let _ = OFFCPU_START.remove(&task);
+    free_slot(unsafe { bpf_get_current_task() });
     0
 }

@@ -20,7 +20,7 @@ use sparkprof::{
         layout::HotspotLayout,
         libjvm,
         lines::LineLayout,
-        names::method_name,
+        names::{ClassNames, method_name},
         vmstructs::VmStructs,
         walk::{JavaFrame, ThreadLayout, java_thread, walk_from_anchor},
     },
@@ -173,7 +173,7 @@ fn reads_and_walks_a_live_jvm(
         let blobs = cache.blobs(&memory, &layout);
         let spin = blobs.iter().find(|b| {
             b.kind == BlobKind::Nmethod
-                && method_name(&memory, &layout, b.method)
+                && method_name(&memory, &layout, &mut ClassNames::new(), b.method)
                     .is_ok_and(|name| name.readable() == "Hot.spin")
         });
         if let Some(spin) = spin.cloned() {
@@ -202,11 +202,23 @@ fn reads_and_walks_a_live_jvm(
         .iter()
         .filter(|b| b.kind == BlobKind::Nmethod)
         .collect();
+    // Class names kept across methods (as sparkprof keeps them) name every
+    // method as reading each alone does.
+    let mut classes = ClassNames::new();
     let named: Vec<String> = nmethods
         .iter()
-        .filter_map(|b| method_name(&memory, &layout, b.method).ok())
+        .filter_map(|b| method_name(&memory, &layout, &mut classes, b.method).ok())
         .map(|name| name.readable())
         .collect();
+    let alone: Vec<String> = nmethods
+        .iter()
+        .filter_map(|b| method_name(&memory, &layout, &mut ClassNames::new(), b.method).ok())
+        .map(|name| name.readable())
+        .collect();
+    assert_eq!(
+        named, alone,
+        "{jdk}: names with and without kept class names"
+    );
     eprintln!(
         "{jdk}: {} heaps, {} blobs, {} nmethods, {} named, e.g. {:?}",
         cache.heaps.len(),
@@ -249,15 +261,17 @@ fn reads_and_walks_a_live_jvm(
             .iter()
             .map(|frame| match frame {
                 JavaFrame::Interpreted { method, bci } => {
-                    let name = method_name(&memory, &layout, *method)
+                    let name = method_name(&memory, &layout, &mut ClassNames::new(), *method)
                         .map_or_else(|err| format!("<{err}>"), |name| name.readable());
                     match bci.and_then(|bci| lines.line(&memory, &layout, *method, bci)) {
                         Some(line) if name.starts_with("Hot.") => format!("{name}:{line}"),
                         _ => name,
                     }
                 }
-                JavaFrame::Compiled { method, .. } => method_name(&memory, &layout, *method)
-                    .map_or_else(|err| format!("<{err}>"), |name| name.readable()),
+                JavaFrame::Compiled { method, .. } => {
+                    method_name(&memory, &layout, &mut ClassNames::new(), *method)
+                        .map_or_else(|err| format!("<{err}>"), |name| name.readable())
+                }
                 JavaFrame::Stub(name) => format!("[{name}]"),
             })
             .collect();

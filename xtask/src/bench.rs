@@ -62,6 +62,7 @@ use crate::{build, toolchain, workspace_root};
 
 mod host;
 mod jit;
+mod job_cgroup;
 mod off_cpu;
 mod peers;
 mod procs;

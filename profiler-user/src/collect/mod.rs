@@ -268,6 +268,7 @@ impl Collector {
                 // Not recording off-CPU time: keep its maps small.
                 loader.map_max_entries(names::OFFCPU_USER_STACKS, 1);
                 loader.map_max_entries(names::OFFCPU_WATCHED, 1);
+                loader.map_max_entries(names::OFFCPU_THREADS, 1);
                 loader.map_max_entries(names::OFFCPU_START, 1);
                 loader.map_max_entries(names::OFFCPU_KERNEL_STACKS, 1);
                 loader.map_max_entries(names::OFFCPU_PY_STACKS, 1);

@@ -153,9 +153,11 @@ pub struct OffCpuRecorder {
     /// Every new stack, as the program files it: user, kernel, Python.
     new_stacks: [RingBuf<MapData>; 3],
     watched_slots: Array<MapData, u32>,
-    /// The open periods and recent sites of threads of interest, by
-    /// task_struct (read only to count them).
-    thread_slots: HashMap<MapData, u64, OffCpuStart>,
+    /// The open periods and recent sites of threads of interest, at a
+    /// hash of their task_struct, and those whose entry was taken (read
+    /// only to count them).
+    thread_slots: Array<MapData, OffCpuStart>,
+    spilled_slots: HashMap<MapData, u64, OffCpuStart>,
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
     slot_mask: u32,
@@ -213,7 +215,8 @@ impl OffCpuRecorder {
                 take_map(ebpf, names::OFFCPU_NEW_PY_STACKS)?,
             ],
             watched_slots: take_map(ebpf, names::OFFCPU_WATCHED)?,
-            thread_slots: take_map(ebpf, names::OFFCPU_START)?,
+            thread_slots: take_map(ebpf, names::OFFCPU_THREADS)?,
+            spilled_slots: take_map(ebpf, names::OFFCPU_START)?,
             watched: StdHashMap::new(),
             slot_mask: globals.slot_mask,
             stack_cache: TwoGenerations::new(
@@ -235,7 +238,12 @@ impl OffCpuRecorder {
     /// Threads that hold a slot (each lives from a thread's first
     /// switch-out to its exit): a bound that exited threads must not fill.
     pub fn thread_slots(&self) -> usize {
-        self.thread_slots.keys().filter(Result::is_ok).count()
+        let held = self
+            .thread_slots
+            .iter()
+            .filter(|slot| slot.as_ref().is_ok_and(|slot| slot.task != 0))
+            .count();
+        held + self.spilled_slots.keys().filter(Result::is_ok).count()
     }
 
     /// Records this process's off-CPU time from now on. With a `pid_max`

@@ -30,6 +30,7 @@ use sparkprof_tests::{
     spark::{Cluster, EventLog, SparkInstall},
 };
 
+use super::job_cgroup::JobCgroup;
 use super::{
     Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, spread_percent,
     wait_for_quiet_host, wait_for_quiet_host_within,
@@ -131,6 +132,9 @@ pub struct JobRun {
     pub app_s: f64,
     /// sparkprof's utime + stime while the job ran, and that window.
     pub sparkprof_cpu: Option<(Duration, Duration)>,
+    /// CPU time of the cluster's cgroup over the job: driver, executors,
+    /// Python workers (and the idle Master and Worker).
+    pub job_cpu: Duration,
 }
 
 pub struct Pair {
@@ -146,6 +150,10 @@ impl Pair {
 
     fn app_ratio(&self) -> f64 {
         self.profiled.app_s / self.unprofiled.app_s
+    }
+
+    fn cpu_ratio(&self) -> f64 {
+        self.profiled.job_cpu.as_secs_f64() / self.unprofiled.job_cpu.as_secs_f64()
     }
 }
 
@@ -174,7 +182,13 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
     wait_for_quiet_host()?;
     let install = SparkInstall::locate();
     progress("[spark] starting a standalone Master and Worker");
-    let mut cluster = Cluster::start(&install);
+    // Everything the cluster runs (executors, Python workers, drivers)
+    // in one cgroup, for the CPU the job costs.
+    let group = JobCgroup::create("sparkprof-bench-job")?;
+    let mut cluster = {
+        let _inside = group.enter()?;
+        Cluster::start(&install)
+    };
     // Let the daemons settle after their start (JIT, class loading).
     wait_for_quiet_host()?;
     let mut result = Runtime {
@@ -201,11 +215,19 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
                 Some(r) => Some((cpu_time(r.pid())?, Instant::now())),
                 None => None,
             };
-            let job = cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT);
+            let cluster_before = group.usage()?;
+            let job = {
+                let _inside = group.enter()?;
+                cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT)
+            };
             let sparkprof_cpu = match (&running, before) {
                 (Some(r), Some((cpu, wall))) => Some((cpu_time(r.pid())? - cpu, wall.elapsed())),
                 _ => None,
             };
+            // The executors of the application exit after it: their last
+            // CPU belongs to this job.
+            pause(Duration::from_secs(2))?;
+            let job_cpu = group.usage()?.saturating_sub(cluster_before);
             if let Some(running) = running {
                 running.stop()?;
             }
@@ -228,13 +250,15 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
                     "application start and end",
                 )?,
                 sparkprof_cpu,
+                job_cpu,
             };
             result.stages = log.stage_names.len();
             result.tasks = log.stages.values().map(|s| s.tasks).sum();
             progress(&format!(
-                "      jobs {:.2} s, application {:.2} s{}",
+                "      jobs {:.2} s, application {:.2} s, cluster CPU {:.2} s{}",
                 run.jobs_s,
                 run.app_s,
+                run.job_cpu.as_secs_f64(),
                 match sparkprof_cpu {
                     Some((cpu, wall)) => format!(
                         ", sparkprof {:.2} s of CPU in {:.1} s",
@@ -245,8 +269,6 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
                 }
             ));
             runs[usize::from(profiled)] = Some(run);
-            // The executors of the application exit after it.
-            pause(Duration::from_secs(2))?;
         }
         let [Some(unprofiled), Some(profiled)] = runs else {
             unreachable!("both runs of a pair ran");
@@ -261,6 +283,7 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
     if !leftover.is_empty() {
         bail!("Spark processes survived the cluster's stop: {leftover:?}");
     }
+    drop(group);
     Ok(result)
 }
 
@@ -624,7 +647,7 @@ impl Runtime {
              | slowdown, median of the pairs' ratios | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {:.3}) | < {target} %: {} |\n\
              | noise: the runs without sparkprof, fastest to slowest | {noise:.1} % |  |\n\
              | application span (incl. executor start), median of the pairs' ratios | {:+.1} % |  |\n\
-             | sparkprof's CPU while the job ran (utime + stime) | {:.2} % of one core ({cpu:.2} s in {wall:.0} s) |  |\n",
+             | sparkprof's CPU while the job ran (utime + stime) | {:.2} % of one core ({cpu:.2} s in {wall:.0} s) | ≤ {TARGET_SPARKPROF_CPU_PERCENT} %: {} |\n",
             max(&ratios),
             if noise > target {
                 format!("not resolved here (noise {noise:.0} %)")
@@ -633,7 +656,9 @@ impl Runtime {
             },
             100.0 * (median(&app_ratios) - 1.0),
             100.0 * cpu / wall,
+            met(100.0 * cpu / wall <= TARGET_SPARKPROF_CPU_PERCENT),
         );
+        text += &r.cpu_markdown();
         text += &if n < 2 {
             "\nWith one pair there is no noise estimate: the ratio may be noise of any size.\n"
                 .to_owned()
@@ -650,6 +675,65 @@ impl Runtime {
                  {target} % target (an estimate from {n} runs only).\n"
             )
         };
+        text
+    }
+}
+
+/// The target for the job's CPU time with sparkprof: less than this many
+/// percent above without.
+const TARGET_JOB_CPU_PERCENT: f64 = 2.0;
+/// The target for sparkprof's own CPU while the job runs, % of one core.
+const TARGET_SPARKPROF_CPU_PERCENT: f64 = 0.5;
+
+impl Runtime {
+    /// The cluster's CPU time per job, with and without sparkprof: the
+    /// cost to the job that this 2-CPU host can resolve (wall time spreads
+    /// by tens of percent; CPU time much less).
+    fn cpu_markdown(&self) -> String {
+        let n = self.pairs.len();
+        let mut text = "\nThe cluster's CPU time over each job (a cgroup v2 holding the Master, \
+             the Worker, the executors, their Python workers and the driver, not sparkprof; \
+             `cpu.stat` `usage_usec` from just before the driver starts to 2 s after it \
+             ends, when the executors have exited):\n\n\
+             | pair (order) | without, CPU s | with, CPU s | with / without |\n|---|--:|--:|--:|\n"
+            .to_owned();
+        for (i, p) in self.pairs.iter().enumerate() {
+            let order = if p.profiled_first {
+                "with first"
+            } else {
+                "without first"
+            };
+            text += &format!(
+                "| {} ({order}) | {:.2} | {:.2} | {:.3} |\n",
+                i + 1,
+                p.unprofiled.job_cpu.as_secs_f64(),
+                p.profiled.job_cpu.as_secs_f64(),
+                p.cpu_ratio()
+            );
+        }
+        let ratios: Vec<f64> = self.pairs.iter().map(Pair::cpu_ratio).collect();
+        let mean = ratios.iter().sum::<f64>() / n.max(1) as f64;
+        // A 95 % interval of the mean ratio (about two standard errors).
+        let half = if n < 2 {
+            f64::INFINITY
+        } else {
+            let var = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            2.0 * (var / n as f64).sqrt()
+        };
+        let (low, high) = (100.0 * (mean - half - 1.0), 100.0 * (mean + half - 1.0));
+        let verdict = if 100.0 * half >= TARGET_JOB_CPU_PERCENT {
+            format!(
+                "not resolved here (± {:.1} points with {n} pairs: more pairs, `--runs N`)",
+                100.0 * half
+            )
+        } else {
+            met(high < TARGET_JOB_CPU_PERCENT).to_owned()
+        };
+        text += &format!(
+            "\n| figure | value | target |\n|---|--:|---|\n\
+             | the job's CPU time with sparkprof, mean of the pairs' ratios | {:+.1} % (95 % interval {low:+.1} – {high:+.1} %) | < {TARGET_JOB_CPU_PERCENT} %: {verdict} |\n",
+            100.0 * (mean - 1.0)
+        );
         text
     }
 }

@@ -4,6 +4,8 @@
 //! name, and the method's name at its constant-pool index; both are
 //! `Symbol`s (a length and UTF-8 bytes).
 
+use std::collections::HashMap;
+
 use super::{HotspotError, layout::HotspotLayout};
 use crate::sys::memory::ReadMemory;
 
@@ -32,35 +34,93 @@ impl MethodName {
     }
 }
 
+/// Class names by constant pool (every method of a class shares its
+/// pool): the class half of a name costs no read after the first method.
+/// It lives as long as the cache of method names beside it.
+pub type ClassNames = HashMap<u64, String>;
+
 /// Reads the names of the method at `method`.
+///
+/// Reads of another process's memory are most of what naming a JIT-heavy
+/// JVM costs, so each struct is read once (the `ConstMethod` fields in one
+/// block, a symbol's length with its first bytes) and class names are
+/// kept: four reads for a method of a known class, seven otherwise.
 pub fn method_name(
     memory: &impl ReadMemory,
     layout: &HotspotLayout,
+    classes: &mut ClassNames,
     method: u64,
 ) -> Result<MethodName, HotspotError> {
     let const_method = memory.read_u64(method + layout.method_const_method)?;
-    let pool = memory.read_u64(const_method + layout.const_method_constants)?;
-    let holder = memory.read_u64(pool + layout.constant_pool_pool_holder)?;
-    let class = symbol(memory, layout, memory.read_u64(holder + layout.klass_name)?)?;
-    let index = memory.read_u16(const_method + layout.const_method_name_index)?;
+    let (pool, index) = const_method_fields(memory, layout, const_method)?;
+    let class = match classes.get(&pool) {
+        Some(class) => class.clone(),
+        None => {
+            let holder = memory.read_u64(pool + layout.constant_pool_pool_holder)?;
+            let class = symbol(memory, layout, memory.read_u64(holder + layout.klass_name)?)?;
+            classes.insert(pool, class.clone());
+            class
+        }
+    };
     let slot = pool + layout.constant_pool_size + 8 * u64::from(index);
     // A resolved UTF-8 entry holds its `Symbol*` (bit 0 is a tag).
     let method = symbol(memory, layout, memory.read_u64(slot)? & !1)?;
     Ok(MethodName { class, method })
 }
 
+/// `ConstMethod::_constants` and `_name_index`, in one read of the bytes
+/// from the lower field to the end of the higher.
+fn const_method_fields(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    const_method: u64,
+) -> Result<(u64, u16), HotspotError> {
+    let (constants, name_index) = (
+        layout.const_method_constants,
+        layout.const_method_name_index,
+    );
+    let start = constants.min(name_index);
+    let end = (constants + 8).max(name_index + 2);
+    let block = memory.read_vec(const_method + start, (end - start) as usize)?;
+    let at = |offset: u64| (offset - start) as usize;
+    let pool = u64::from_le_bytes(block[at(constants)..at(constants) + 8].try_into().unwrap());
+    let index = u16::from_le_bytes(
+        block[at(name_index)..at(name_index) + 2]
+            .try_into()
+            .unwrap(),
+    );
+    Ok((pool, index))
+}
+
+/// Bytes of a symbol read with its length (most names are shorter).
+const SYMBOL_FIRST_READ: u64 = 96;
+
 fn symbol(
     memory: &impl ReadMemory,
     layout: &HotspotLayout,
     address: u64,
 ) -> Result<String, HotspotError> {
-    let length = u64::from(memory.read_u16(address + layout.symbol_length)?);
+    let (length_at, body_at) = (layout.symbol_length, layout.symbol_body);
+    // The length and the first bytes in one read, never past the page the
+    // symbol starts on (the next may not be mapped); the rest if longer.
+    let first = address + length_at.min(body_at);
+    let to_page_end = 0x1000 - (first & 0xfff);
+    let wanted = (body_at + SYMBOL_FIRST_READ).saturating_sub(length_at.min(body_at));
+    let head = memory.read_vec(first, wanted.min(to_page_end) as usize)?;
+    let at = |offset: u64| (address + offset - first) as usize;
+    let length = match head.get(at(length_at)..at(length_at) + 2) {
+        Some(bytes) => u64::from(u16::from_le_bytes(bytes.try_into().unwrap())),
+        None => u64::from(memory.read_u16(address + length_at)?),
+    };
     if length == 0 || length > MAX_SYMBOL {
         return Err(HotspotError::Garbage(format!(
             "a symbol of {length} bytes at {address:#x}"
         )));
     }
-    let bytes = memory.read_vec(address + layout.symbol_body, length as usize)?;
+    let bytes = match head.get(at(body_at)..at(body_at) + length as usize) {
+        Some(bytes) => bytes.to_vec(),
+        None => memory.read_vec(address + body_at, length as usize)?,
+    };
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 

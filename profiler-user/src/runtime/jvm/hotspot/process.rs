@@ -21,7 +21,7 @@ use super::{
     layout::{CodeBegin, HotspotLayout},
     libjvm,
     lines::LineLayout,
-    names::method_name,
+    names::{ClassNames, method_name},
     vmstructs::VmStructs,
 };
 use crate::sys::memory::{Memory, ReadMemory};
@@ -80,6 +80,8 @@ pub struct HotspotProcess {
     inlining: Result<InliningLayout, String>,
     /// `Method*` → its name (`None`: not a readable method).
     methods: HashMap<u64, Option<Arc<str>>>,
+    /// Class names by constant pool, kept and let go with `methods`.
+    classes: ClassNames,
     /// (compiled or stub pc, leaf) → what the blob there is.
     code: HashMap<(u64, bool), CodeAt>,
 }
@@ -87,6 +89,7 @@ pub struct HotspotProcess {
 impl HotspotProcess {
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("jvm.method_names", self.methods.len());
+        held.add("jvm.class_names", self.classes.len());
         held.add("jvm.code_names", self.code.len());
     }
 
@@ -106,12 +109,14 @@ impl HotspotProcess {
             cache,
             inlining,
             methods: HashMap::new(),
+            classes: ClassNames::new(),
             code: HashMap::new(),
         })
     }
 
     /// Every compiled method in the code cache, and whether each is named.
     pub fn census(&self) -> Census {
+        let mut classes = ClassNames::new();
         let compiled: Vec<_> = self
             .cache
             .blobs(&self.memory, &self.layout)
@@ -120,7 +125,7 @@ impl HotspotProcess {
             .collect();
         let named = compiled
             .iter()
-            .filter(|b| method_name(&self.memory, &self.layout, b.method).is_ok())
+            .filter(|b| method_name(&self.memory, &self.layout, &mut classes, b.method).is_ok())
             .count();
         Census {
             shape: match self.layout.code_blob_code_begin {
@@ -220,8 +225,9 @@ impl HotspotProcess {
         }
         if self.methods.len() >= MAX_CACHED {
             self.methods.clear();
+            self.classes.clear();
         }
-        let name = method_name(&self.memory, &self.layout, method)
+        let name = method_name(&self.memory, &self.layout, &mut self.classes, method)
             .ok()
             .map(|name| Arc::from(name.readable()));
         self.methods.insert(method, name.clone());
