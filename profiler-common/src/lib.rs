@@ -188,6 +188,11 @@ pub struct PythonOffsets {
     pub owner_cstack: u32,
 }
 
+/// The kernel reads a Python frame's fields in one read of its first bytes:
+/// every frame field of [`PythonOffsets`] must end within this many (a
+/// power of two).
+pub const PY_FRAME_WINDOW_BYTES: u32 = 128;
+
 /// Python frames one sample records at most (the innermost ones).
 pub const PY_MAX_FRAMES: usize = 48;
 /// Python processes whose frames can be recorded at once.

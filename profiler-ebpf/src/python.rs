@@ -15,13 +15,13 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray},
 };
 use profiler_common::{
-    MAX_PYTHON_PROCESSES, MAX_PYTHON_THREADS, PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame,
-    PythonOffsets, PythonStack, python_layout,
+    MAX_PYTHON_PROCESSES, MAX_PYTHON_THREADS, PY_FRAME_WINDOW_BYTES, PY_MAX_FRAMES, PY_NO_OFFSET,
+    PythonFrame, PythonOffsets, PythonStack, python_layout,
 };
 
 use crate::{
     hashed_stacks::{FNV_OFFSET, StackSink, fnv},
-    user_memory::{read_u8, read_u32, read_u64},
+    user_memory::read_u64,
 };
 
 #[map]
@@ -76,7 +76,13 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -
         return 0;
     };
     let window = unsafe { &mut *window };
-    let span = frame_span(offsets);
+    // Everything that depends on the version is settled here, before the
+    // loop: a frame is then one read and a few loads with no branch of its
+    // own (a branch per frame multiplied the paths 6.1's verifier walks
+    // past its limit).
+    let Some(frame_read) = FrameRead::new(offsets) else {
+        return 0;
+    };
     let mut frame = first_frame(offsets, tstate);
     let mut hash = FNV_OFFSET;
     let mut len = 0u32;
@@ -84,15 +90,15 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -
         if frame == 0 {
             break;
         }
-        let mut fields = read_frame(offsets, span, window, frame);
+        let mut fields = frame_read.read(window, frame);
         // A shim frame that belongs to the C stack (3.12+) is not Python
         // code: step over it (they never come two in a row).
-        if offsets.frame_owner != PY_NO_OFFSET && u32::from(fields.owner) == offsets.owner_cstack {
+        if fields.owner == frame_read.cstack_owner {
             frame = fields.previous;
             if frame == 0 {
                 break;
             }
-            fields = read_frame(offsets, span, window, frame);
+            fields = frame_read.read(window, frame);
         }
         let (code, instr) = (fields.code, fields.instr);
         stack.frames[index] = PythonFrame { code, instr };
@@ -116,85 +122,92 @@ struct FrameFields {
     code: u64,
     instr: u64,
     previous: u64,
-    owner: u8,
+    /// The `owner` byte, or `u32::MAX` for versions without one.
+    owner: u32,
 }
 
-/// Bytes of a frame read at once: the fields' offsets are below this.
-const FRAME_WINDOW: u32 = 128;
-
-/// Scratch space for the bytes of one frame (`FRAME_WINDOW`, and room for
-/// a field read at the last offset masked into it).
+/// Scratch space for the bytes of one frame (`PY_FRAME_WINDOW`, and room
+/// for a read of up to 8 bytes at the last offset masked into it).
 #[map]
-static PY_FRAME_WINDOW: PerCpuArray<[u8; 2 * FRAME_WINDOW as usize]> =
-    PerCpuArray::with_max_entries(1, 0);
+static PY_FRAME_WINDOW: PerCpuArray<[u8; 2 * FRAME_WINDOW]> = PerCpuArray::with_max_entries(1, 0);
 
-/// How many bytes from a frame's start hold every field the walk reads
-/// (one read of user memory per frame instead of one per field: those
-/// reads are most of a Python sample's cost); `0` if some field lies
-/// beyond `FRAME_WINDOW`, and then each is read alone.
-#[inline(always)]
-fn frame_span(offsets: &PythonOffsets) -> u32 {
-    let mut end = (offsets.frame_previous + 8).max(offsets.frame_code + 8);
-    end = end.max(offsets.frame_instr + 8);
-    if offsets.frame_owner != PY_NO_OFFSET {
-        end = end.max(offsets.frame_owner + 1);
-    }
-    if end > FRAME_WINDOW { 0 } else { end }
+const FRAME_WINDOW: usize = PY_FRAME_WINDOW_BYTES as usize;
+
+/// How one version's frames are read: each frame's first `span` bytes at
+/// once (one read of user memory per frame instead of one per field:
+/// those reads are most of a Python sample's cost), then the fields at
+/// their offsets in that copy.
+struct FrameRead {
+    span: usize,
+    code: usize,
+    instr: usize,
+    /// Keeps the low 32 bits of the instruction where it is an `int`.
+    instr_mask: u64,
+    previous: usize,
+    /// Where the `owner` byte is (any byte for versions without one) and
+    /// the value it has in a shim frame: `u32::MAX` (never a byte) for
+    /// versions without one.
+    owner: usize,
+    cstack_owner: u32,
 }
 
-/// One frame's fields: from one read of its first `span` bytes, or (span
-/// `0`) field by field. Unreadable fields are `0` (which ends the walk).
-#[inline(always)]
-fn read_frame(
-    offsets: &PythonOffsets,
-    span: u32,
-    window: &mut [u8; 2 * FRAME_WINDOW as usize],
-    frame: u64,
-) -> FrameFields {
-    let object_layout = offsets.layout == python_layout::FRAME_OBJECT;
-    if span == 0 {
-        return FrameFields {
-            code: read_u64(frame + u64::from(offsets.frame_code)),
-            instr: if object_layout {
-                u64::from(read_u32(frame + u64::from(offsets.frame_instr)))
+impl FrameRead {
+    /// `None` if a field lies beyond `PY_FRAME_WINDOW_BYTES` (no version
+    /// userspace hands over does: a unit test there checks it).
+    #[inline(always)]
+    fn new(offsets: &PythonOffsets) -> Option<Self> {
+        let has_owner = offsets.frame_owner != PY_NO_OFFSET;
+        let mut end = (offsets.frame_previous + 8).max(offsets.frame_code + 8);
+        end = end.max(offsets.frame_instr + 8);
+        if has_owner {
+            end = end.max(offsets.frame_owner + 1);
+        }
+        if end > PY_FRAME_WINDOW_BYTES {
+            return None;
+        }
+        let field = |offset: u32| (offset & (PY_FRAME_WINDOW_BYTES - 1)) as usize;
+        Some(Self {
+            span: end as usize,
+            code: field(offsets.frame_code),
+            instr: field(offsets.frame_instr),
+            instr_mask: if offsets.layout == python_layout::FRAME_OBJECT {
+                u64::from(u32::MAX)
             } else {
-                read_u64(frame + u64::from(offsets.frame_instr))
+                u64::MAX
             },
-            previous: read_u64(frame + u64::from(offsets.frame_previous)),
-            owner: if offsets.frame_owner == PY_NO_OFFSET {
+            previous: field(offsets.frame_previous),
+            owner: if has_owner {
+                field(offsets.frame_owner)
+            } else {
                 0
-            } else {
-                read_u8(frame + u64::from(offsets.frame_owner))
             },
-        };
+            cstack_owner: if has_owner {
+                offsets.owner_cstack
+            } else {
+                u32::MAX
+            },
+        })
     }
-    let bytes = &mut window[..(span & (FRAME_WINDOW * 2 - 1)) as usize];
-    if unsafe { bpf_probe_read_user_buf(frame as *const u8, bytes) }.is_err() {
-        return FrameFields {
-            code: 0,
-            instr: 0,
-            previous: 0,
-            owner: 0,
-        };
-    }
-    // Offsets masked into the first half: every read stays in the window.
-    let at = |offset: u32| unsafe { window.as_ptr().add((offset & (FRAME_WINDOW - 1)) as usize) };
-    unsafe {
-        FrameFields {
-            code: core::ptr::read_unaligned(at(offsets.frame_code).cast::<u64>()),
-            instr: if object_layout {
-                u64::from(core::ptr::read_unaligned(
-                    at(offsets.frame_instr).cast::<u32>(),
-                ))
-            } else {
-                core::ptr::read_unaligned(at(offsets.frame_instr).cast::<u64>())
-            },
-            previous: core::ptr::read_unaligned(at(offsets.frame_previous).cast::<u64>()),
-            owner: if offsets.frame_owner == PY_NO_OFFSET {
-                0
-            } else {
-                *at(offsets.frame_owner)
-            },
+
+    /// One frame's fields, `0` where it cannot be read (which ends the
+    /// walk): the helper clears the copy when the read fails.
+    #[inline(always)]
+    fn read(&self, window: &mut [u8; 2 * FRAME_WINDOW], frame: u64) -> FrameFields {
+        // Read as the compiler cannot see through, so the mask the verifier
+        // needs to bound the length stays (it knows `span` is at most
+        // `FRAME_WINDOW` and would drop it).
+        let span = unsafe { core::ptr::read_volatile(&self.span) };
+        let bytes = &mut window[..span & (2 * FRAME_WINDOW - 1)];
+        let _ = unsafe { bpf_probe_read_user_buf(frame as *const u8, bytes) };
+        // Offsets masked into the first half: every load stays in the copy.
+        let at = |offset: usize| unsafe { window.as_ptr().add(offset & (FRAME_WINDOW - 1)) };
+        unsafe {
+            FrameFields {
+                code: core::ptr::read_unaligned(at(self.code).cast::<u64>()),
+                instr: core::ptr::read_unaligned(at(self.instr).cast::<u64>()) & self.instr_mask,
+                previous: core::ptr::read_unaligned(at(self.previous).cast::<u64>()),
+                owner: u32::from(*at(self.owner)),
+            }
         }
     }
 }

@@ -12,8 +12,3 @@ pub fn read_u64(address: u64) -> u64 {
 pub fn read_u32(address: u64) -> u32 {
     unsafe { bpf_probe_read_user(address as *const u32) }.unwrap_or(0)
 }
-
-#[inline(always)]
-pub fn read_u8(address: u64) -> u8 {
-    unsafe { bpf_probe_read_user(address as *const u8) }.unwrap_or(0)
-}

@@ -15,7 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
+use profiler_common::{
+    PY_FRAME_WINDOW_BYTES, PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout,
+};
 
 use rstest::rstest;
 use sparkprof::collect::PythonThread;
@@ -329,6 +331,23 @@ fn kernel_offsets_per_layout() {
         if table.version.minor >= 12 {
             assert_ne!(k.frame_owner, PY_NO_OFFSET);
             assert_eq!(k.owner_cstack, 3);
+        }
+        // The kernel reads a frame's fields from one copy of its first
+        // PY_FRAME_WINDOW_BYTES (8-byte loads; `owner` is a byte), and
+        // walks no version whose fields lie beyond.
+        for (name, offset, size) in [
+            ("frame_previous", k.frame_previous, 8),
+            ("frame_code", k.frame_code, 8),
+            ("frame_instr", k.frame_instr, 8),
+            ("frame_owner", k.frame_owner, 1),
+        ] {
+            if offset != PY_NO_OFFSET {
+                assert!(
+                    offset + size <= PY_FRAME_WINDOW_BYTES,
+                    "{}: {name} at {offset} is beyond the kernel's frame window",
+                    table.version
+                );
+            }
         }
     }
 }
