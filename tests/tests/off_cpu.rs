@@ -293,6 +293,14 @@ fn java_threads_waiting_in_sleep_and_at_a_monitor() {
             for stack in own.iter().take(5) {
                 eprintln!("  {} us: {}", stack.count, stack.frames.join(";"));
             }
+            if own.is_empty() {
+                // Recorded under another thread name, or not at all.
+                let mut threads = std::collections::BTreeMap::<&str, u64>::new();
+                for stack in &stacks {
+                    *threads.entry(stack.frames[1].as_str()).or_default() += stack.count;
+                }
+                eprintln!("  no stack of {thread}; threads recorded (us): {threads:?}");
+            }
         }
         assert!(
             waiting >= 2_500_000,
