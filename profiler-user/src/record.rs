@@ -306,6 +306,8 @@ impl Session {
     /// caller claims its output.
     pub(crate) fn start(options: &RecordOptions, writer_dir: &Path) -> Result<Self, RecordError> {
         let signals = StopSignals::install()?;
+        // A pidfd per process on the host tells the enrich stage of exits.
+        crate::sys::exits::raise_open_files_limit();
         // Declared before the collector so it is dropped (restored) after the
         // perf events are closed.
         let raised = match options.max_stack_depth {

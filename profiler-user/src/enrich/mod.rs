@@ -24,7 +24,10 @@ use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
 use tracing::debug;
 
 use crate::collect::{Drain, RawSample, RawStack};
-use crate::sys::proc::{self, MapPath, Mapping};
+use crate::sys::{
+    exits::Exits,
+    proc::{self, MapPath, Mapping},
+};
 
 /// What the pipeline knows about one process.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -146,6 +149,8 @@ pub struct Enricher {
     links_changed: bool,
     /// Processes first seen in the current drain and already gone.
     gone: HashMap<u32, Arc<ProcessInfo>>,
+    /// The kernel's word on which of `processes` exited.
+    exits: Exits,
 }
 
 impl Enricher {
@@ -153,6 +158,7 @@ impl Enricher {
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("enrich.processes", self.processes.len());
         held.add("enrich.driver_links", self.driver_links.len());
+        held.add("enrich.exit_watches", self.exits.len());
         self.names.held(held);
     }
 
@@ -214,7 +220,12 @@ impl Enricher {
         if let Some(info) = self.processes.get(&pid) {
             return Some(info.clone());
         }
-        let mut info = read_process(pid)?;
+        // Watched first, so that the process read is the one watched.
+        self.exits.watch(pid);
+        let Some(mut info) = read_process(pid) else {
+            self.exits.forget(pid);
+            return None;
+        };
         if info.spark.role == Role::Executor
             && let Some(facts) = ProcessFacts::read(pid)
             && let Some(link) = DriverLink::from_executor_command(&facts.argv, &facts.environ)
@@ -310,14 +321,21 @@ impl Enricher {
 
         // Forget processes that are gone or whose PID now names another process.
         let mut exited: Vec<Arc<ProcessInfo>> = self.gone.drain().map(|(_, info)| info).collect();
+        let exits = &self.exits;
+        let exited_now = exits.exited();
         self.processes.retain(|pid, info| {
-            let alive = proc::stat(*pid).is_ok_and(|stat| stat.start_ticks == info.start_ticks);
+            let alive = match &exited_now {
+                Some(exited_now) if exits.watches(*pid) => !exited_now.contains(pid),
+                // Not watched (no pidfd to be had): as /proc says.
+                _ => proc::stat(*pid).is_ok_and(|stat| stat.start_ticks == info.start_ticks),
+            };
             if !alive {
                 exited.push(info.clone());
             }
             alive
         });
         for info in &exited {
+            self.exits.forget(info.pid);
             self.names.forget_process(info.pid);
             self.driver_links.remove(&info.pid);
             debug!(pid = info.pid, "process exited");

@@ -155,6 +155,107 @@ impl ReadMemory for Memory {
     }
 }
 
+/// Bytes per block of a [`CachedMemory`], aligned: a fraction of the
+/// kernel's 4 KiB page, so a block is readable whole or not at all. Small
+/// enough that copying it costs less than the system calls it saves
+/// (measured: 4 KiB blocks halved the calls and added as much user time).
+const BLOCK: u64 = 1024;
+/// Blocks a [`CachedMemory`] keeps before it starts over (1 MiB).
+const MAX_CACHED_BLOCKS: usize = 1024;
+/// Reads longer than this go straight to the process.
+const MAX_CACHED_READ: usize = 2 * BLOCK as usize;
+
+/// A process's memory read a block at a time and kept until [`clear`](Self::clear):
+/// naming one drain's frames reads many small fields that lie close
+/// together (a method's `ConstMethod` and its `Symbol`s, a compiled
+/// method's `PcDesc`s and scope data read a byte at a time, the code
+/// heap's segment map), one system call per block instead of one per
+/// field. Its owner clears it once per
+/// drain, so nothing read is older than the drain it names: memory the
+/// process frees and reuses is read again, as the compile-id checks
+/// need.
+#[derive(Debug)]
+pub struct CachedMemory {
+    memory: Memory,
+    /// Block address → its bytes, or `None`: not readable.
+    pages: std::cell::RefCell<std::collections::HashMap<u64, Option<Box<[u8]>>>>,
+}
+
+impl CachedMemory {
+    pub fn new(memory: Memory) -> Self {
+        Self {
+            memory,
+            pages: Default::default(),
+        }
+    }
+
+    /// Forgets every block read (the process may have changed them since).
+    pub fn clear(&mut self) {
+        self.pages.get_mut().clear();
+    }
+
+    /// Blocks held now.
+    pub fn len(&self) -> usize {
+        self.pages.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `buf.len()` bytes at `addr`, all within the block at `page`,
+    /// reading the block first if it is not held.
+    fn copy_from_block(&self, page: u64, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let mut pages = self.pages.borrow_mut();
+        if !pages.contains_key(&page) {
+            if pages.len() >= MAX_CACHED_BLOCKS {
+                pages.clear();
+            }
+            let mut bytes = vec![0u8; BLOCK as usize].into_boxed_slice();
+            let held = match self.memory.read(page, &mut bytes) {
+                Ok(()) => Some(bytes),
+                Err(err) if err.is_process_gone() => return Err(err),
+                Err(_) => None,
+            };
+            pages.insert(page, held);
+        }
+        match &pages[&page] {
+            Some(bytes) => {
+                let start = (addr - page) as usize;
+                buf.copy_from_slice(&bytes[start..start + buf.len()]);
+                Ok(())
+            }
+            None => {
+                Err(self
+                    .memory
+                    .fault(addr, buf.len(), io::Error::from_raw_os_error(libc::EFAULT)))
+            }
+        }
+    }
+}
+
+impl ReadMemory for CachedMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        if buf.len() > MAX_CACHED_READ
+            || addr == 0
+            || addr
+                .checked_add(buf.len() as u64)
+                .is_none_or(|end| end > 1 << 63)
+        {
+            return self.memory.read(addr, buf);
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let at = addr + done as u64;
+            let page = at & !(BLOCK - 1);
+            let len = (buf.len() - done).min((page + BLOCK - at) as usize);
+            self.copy_from_block(page, at, &mut buf[done..done + len])?;
+            done += len;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +278,30 @@ mod tests {
         assert_eq!(memory.read_c_string(addr, 100).unwrap(), "CodeBlob");
         assert_eq!(memory.read_c_string(addr, 4).unwrap(), "Code");
         assert!(memory.read_c_string(8, 10).is_err());
+    }
+
+    #[test]
+    fn cached_blocks_read_as_the_process_does_until_cleared() {
+        // Two blocks of our own memory, a value across their boundary.
+        let mut bytes = vec![0u8; 3 * BLOCK as usize];
+        let base = bytes.as_ptr() as u64;
+        let boundary = (base + BLOCK) & !(BLOCK - 1);
+        let at = boundary - 3;
+        let offset = (at - base) as usize;
+        bytes[offset..offset + 8].copy_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        let mut cache = CachedMemory::new(Memory::new(std::process::id()));
+        assert_eq!(cache.read_u64(at).unwrap(), 0x1122_3344_5566_7788);
+        assert_eq!(cache.len(), 2);
+        // Held: a change is not seen until the cache is cleared.
+        bytes[offset] = 0;
+        assert_eq!(cache.read_u64(at).unwrap(), 0x1122_3344_5566_7788);
+        cache.clear();
+        assert_eq!(cache.read_u64(at).unwrap(), 0x1122_3344_5566_7700);
+        // Garbage fails as it does uncached, and a long read goes straight through.
+        assert!(cache.read_u64(0).is_err());
+        assert!(cache.read_u64(8).is_err());
+        assert!(cache.read_u64(u64::MAX - 3).is_err());
+        assert_eq!(cache.read_vec(base, bytes.len()).unwrap(), bytes);
+        std::hint::black_box(&bytes);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod caps;
 pub mod elf;
+pub mod exits;
 pub mod held;
 pub mod memory;
 pub mod proc;

@@ -248,6 +248,11 @@ impl Runtime for JvmRuntime {
 
 impl RuntimeFrames for JvmRuntime {
     fn new_drain(&mut self, samples: &[EnrichedSample]) {
+        for walker in self.walkers.values_mut() {
+            if let Walker::Walked(process) = walker {
+                process.new_drain();
+            }
+        }
         self.jit_addrs.clear();
         self.batches.clear();
         self.compiling = samples

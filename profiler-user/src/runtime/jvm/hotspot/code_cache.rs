@@ -136,6 +136,24 @@ impl CodeCache {
         used_blob(memory, layout, block)
     }
 
+    /// [`Self::blob_at`], and the end of the block that holds the blob:
+    /// every pc below it, from the blob's address, is the blob's.
+    pub fn blob_and_end_at(
+        &self,
+        memory: &impl ReadMemory,
+        layout: &HotspotLayout,
+        pc: u64,
+    ) -> Option<(CodeBlob, u64)> {
+        let heap = self.heap_of(pc)?;
+        let block = self.block_of(memory, pc)?;
+        let blob = used_blob(memory, layout, block)?;
+        let end = block.checked_add(
+            block_length(memory, layout, block)?
+                .checked_mul(1u64.checked_shl(heap.log2_segment_size)?)?,
+        )?;
+        (pc < end).then_some((blob, end))
+    }
+
     /// The blob of every used block of every heap, in address order. For
     /// tests and `doctor`; the sampler looks up one address.
     pub fn blobs(&self, memory: &impl ReadMemory, layout: &HotspotLayout) -> Vec<CodeBlob> {
@@ -152,19 +170,24 @@ impl CodeCache {
                     continue;
                 }
                 let block = heap.low + (segment << heap.log2_segment_size);
-                let length = if layout.heap_block_length_is_64 {
-                    memory.read_u64(block + layout.heap_block_length).ok()
-                } else {
-                    memory
-                        .read_u32(block + layout.heap_block_length)
-                        .ok()
-                        .map(u64::from)
-                };
+                let length = block_length(memory, layout, block);
                 blobs.extend(used_blob(memory, layout, block));
                 segment += length.filter(|&l| l > 0).unwrap_or(1);
             }
         }
         blobs
+    }
+}
+
+/// The length of the block at `block`, in segments.
+fn block_length(memory: &impl ReadMemory, layout: &HotspotLayout, block: u64) -> Option<u64> {
+    if layout.heap_block_length_is_64 {
+        memory.read_u64(block + layout.heap_block_length).ok()
+    } else {
+        memory
+            .read_u32(block + layout.heap_block_length)
+            .ok()
+            .map(u64::from)
     }
 }
 

@@ -116,13 +116,54 @@ impl InliningLayout {
         pc_offset: i64,
         leaf: bool,
     ) -> Option<Vec<u64>> {
+        let info = self.debug_info(memory, nmethod)?;
+        self.scope_methods(memory, &info, info.decode_offset(pc_offset, leaf)?)
+    }
+
+    /// The nmethod's debug info: where its scopes are, and its `PcDesc`s
+    /// read once, so that every pc of it finds its scope without reading
+    /// the JVM again.
+    pub fn debug_info(&self, memory: &impl ReadMemory, nmethod: u64) -> Option<DebugInfo> {
         let arrays = self.arrays(memory, nmethod)?;
-        let decode_offset = self.decode_offset(memory, &arrays, pc_offset, leaf)?;
+        let len = (arrays.pcs_end - arrays.pcs) as usize;
+        let bytes = memory.read_vec(arrays.pcs, len).ok()?;
+        let field = |desc: &[u8], at: u64| -> Option<i32> {
+            let at = at as usize;
+            Some(i32::from_le_bytes(desc.get(at..at + 4)?.try_into().ok()?))
+        };
+        let mut descs = bytes.chunks_exact(self.pc_desc_size as usize);
+        // HotSpot's sentinel: the first PcDesc is at pc offset -1.
+        if field(descs.next()?, self.pc_desc_pc_offset)? != -1 {
+            return None;
+        }
+        let descs = descs
+            .map(|desc| {
+                Some((
+                    field(desc, self.pc_desc_pc_offset)?,
+                    field(desc, self.pc_desc_scope_decode_offset)?,
+                ))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(DebugInfo {
+            scopes_data: arrays.scopes_data,
+            metadata: arrays.metadata,
+            descs,
+        })
+    }
+
+    /// The `Method*`s of the scope chain at `decode_offset`, innermost
+    /// first.
+    pub fn scope_methods(
+        &self,
+        memory: &impl ReadMemory,
+        info: &DebugInfo,
+        decode_offset: u64,
+    ) -> Option<Vec<u64>> {
         let mut methods = Vec::new();
         let mut offset = decode_offset;
         while offset > 0 && methods.len() < MAX_SCOPES {
             let bytes = memory
-                .read_vec(arrays.scopes_data + offset, SCOPE_BYTES)
+                .read_vec(info.scopes_data + offset, SCOPE_BYTES)
                 .ok()?;
             let mut stream = bytes.into_iter();
             let sender = unsigned5(&mut stream, self.unsigned5_excluded)?;
@@ -131,7 +172,7 @@ impl InliningLayout {
                 return None;
             }
             let method = memory
-                .read_u64(arrays.metadata + 8 * u64::from(index - 1))
+                .read_u64(info.metadata + 8 * u64::from(index - 1))
                 .ok()?;
             methods.push(method);
             // Senders are written before the scopes they enclose.
@@ -178,30 +219,24 @@ impl InliningLayout {
         let count = arrays.pcs_end.checked_sub(arrays.pcs)? / self.pc_desc_size;
         (count > 0 && count <= MAX_PC_DESCS).then_some(arrays)
     }
+}
 
-    /// The scope decode offset of the `PcDesc` of `pc_offset`.
-    fn decode_offset(
-        &self,
-        memory: &impl ReadMemory,
-        arrays: &Arrays,
-        pc_offset: i64,
-        leaf: bool,
-    ) -> Option<u64> {
-        let len = (arrays.pcs_end - arrays.pcs) as usize;
-        let bytes = memory.read_vec(arrays.pcs, len).ok()?;
-        let field = |desc: &[u8], at: u64| -> Option<i32> {
-            let at = at as usize;
-            Some(i32::from_le_bytes(desc.get(at..at + 4)?.try_into().ok()?))
-        };
-        let mut descs = bytes.chunks_exact(self.pc_desc_size as usize);
-        // HotSpot's sentinel: the first PcDesc is at pc offset -1.
-        if field(descs.next()?, self.pc_desc_pc_offset)? != -1 {
-            return None;
-        }
-        for desc in descs {
-            let at = i64::from(field(desc, self.pc_desc_pc_offset)?);
+/// One nmethod's debug info: its `PcDesc`s (pc offset, scope decode
+/// offset; the sentinel left out), and where its scopes and metadata are.
+#[derive(Debug, Clone)]
+pub struct DebugInfo {
+    scopes_data: u64,
+    metadata: u64,
+    descs: Vec<(i32, i32)>,
+}
+
+impl DebugInfo {
+    /// The scope decode offset of the `PcDesc` of `pc_offset` (for a
+    /// `leaf`, the first at or after it: HotSpot's own rule).
+    pub fn decode_offset(&self, pc_offset: i64, leaf: bool) -> Option<u64> {
+        for &(at, decode) in &self.descs {
+            let at = i64::from(at);
             if at == pc_offset || (leaf && at > pc_offset) {
-                let decode = field(desc, self.pc_desc_scope_decode_offset)?;
                 return u64::try_from(decode).ok().filter(|&d| d > 0);
             }
             if at > pc_offset {
@@ -209,6 +244,15 @@ impl InliningLayout {
             }
         }
         None
+    }
+
+    /// `PcDesc`s held.
+    pub fn len(&self) -> usize {
+        self.descs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.descs.is_empty()
     }
 }
 

@@ -8,7 +8,10 @@
 //! has another id, and its frame is `[unknown]` rather than another
 //! method's name). Interpreted frames are named from their `Method*`.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use profiler_common::{
     HOTSPOT_MAX_HEAPS, HotspotFrame, HotspotHeap, HotspotProcInfo, hotspot_frame,
@@ -17,19 +20,37 @@ use profiler_common::{
 use super::{
     HotspotError,
     code_cache::{BlobKind, CodeBlob, CodeCache},
-    inlining::InliningLayout,
+    inlining::{DebugInfo, InliningLayout},
     layout::{CodeBegin, HotspotLayout},
     libjvm,
     lines::LineLayout,
     names::{ClassNames, method_name},
     vmstructs::VmStructs,
 };
-use crate::sys::memory::{Memory, ReadMemory};
+use crate::sys::memory::{CachedMemory, Memory, ReadMemory};
 
 /// Distinct methods and compiled pcs whose names are kept per JVM (a
 /// Spark executor compiles a few thousand methods); past this the cache
 /// starts over.
 const MAX_CACHED: usize = 65_536;
+/// Compiled methods whose blob and debug info are kept per JVM, and their
+/// `PcDesc`s in all (8 bytes each); past either the cache starts over.
+const MAX_COMPILED: usize = 8_192;
+const MAX_PC_DESCS: usize = 1 << 20;
+
+/// A compiled method seen in a sample, kept so that its other pcs are
+/// named without reading the JVM again (a sample's leaf pc is almost
+/// always one not seen before): its blob, where the blob's block ends,
+/// its debug info, and the methods of each scope chain named so far.
+/// A pc is the method's only while the kernel reports the same compile
+/// id there: a blob freed and reused has another.
+struct CompiledCode {
+    blob: CodeBlob,
+    end: u64,
+    debug: Option<DebugInfo>,
+    /// Scope decode offset → the methods there, root first.
+    chains: HashMap<u64, Arc<[JavaMethod]>>,
+}
 
 /// What a recorded frame is called.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +94,9 @@ pub struct Census {
 
 /// A JVM whose structures were read.
 pub struct HotspotProcess {
-    memory: Memory,
+    /// The JVM's memory, read a page at a time and let go each drain
+    /// ([`Self::new_drain`]).
+    memory: CachedMemory,
     layout: HotspotLayout,
     cache: CodeCache,
     /// How to find the methods inlined at a compiled pc (or why not).
@@ -84,6 +107,10 @@ pub struct HotspotProcess {
     classes: ClassNames,
     /// (compiled or stub pc, leaf) → what the blob there is.
     code: HashMap<(u64, bool), CodeAt>,
+    /// Compiled methods by their blob's address.
+    compiled_code: BTreeMap<u64, CompiledCode>,
+    /// `PcDesc`s in `compiled_code`.
+    compiled_descs: usize,
 }
 
 impl HotspotProcess {
@@ -91,6 +118,15 @@ impl HotspotProcess {
         held.add("jvm.method_names", self.methods.len());
         held.add("jvm.class_names", self.classes.len());
         held.add("jvm.code_names", self.code.len());
+        held.add("jvm.compiled_methods", self.compiled_code.len());
+        held.add("jvm.pc_descs", self.compiled_descs);
+        held.add("jvm.memory_blocks", self.memory.len());
+    }
+
+    /// A new drain's frames are to be named: what was read of the JVM's
+    /// memory for the last one may have changed since.
+    pub fn new_drain(&mut self) {
+        self.memory.clear();
     }
 
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
@@ -104,13 +140,15 @@ impl HotspotProcess {
             .and_then(|lines| InliningLayout::from_tables(&tables, lines.unsigned5_excluded))
             .map_err(|err| err.to_string());
         Ok(Self {
-            memory,
+            memory: CachedMemory::new(memory),
             layout,
             cache,
             inlining,
             methods: HashMap::new(),
             classes: ClassNames::new(),
             code: HashMap::new(),
+            compiled_code: BTreeMap::new(),
+            compiled_descs: 0,
         })
     }
 
@@ -254,14 +292,22 @@ impl HotspotProcess {
         if self.code.len() >= MAX_CACHED {
             self.code.clear();
         }
-        let blob = self.cache.blob_at(&self.memory, &self.layout, pc)?;
+        if kind == hotspot_frame::COMPILED
+            && let Some(address) = self.known_compiled(pc, compile_id)
+        {
+            let methods = self.name_compiled(address, pc, leaf)?;
+            self.code.insert((pc, leaf), (compile_id, methods.clone()));
+            return Some(methods);
+        }
+        let (blob, end) = self.cache.blob_and_end_at(&self.memory, &self.layout, pc)?;
         let methods: Arc<[JavaMethod]> = match blob.kind {
             BlobKind::Nmethod | BlobKind::NativeNmethod => {
                 if blob.compile_id != compile_id {
                     // Freed and reused since it was sampled.
                     return None;
                 }
-                self.compiled(&blob, pc, leaf)?
+                let address = self.keep_compiled(blob.clone(), end);
+                self.name_compiled(address, pc, leaf)?
             }
             BlobKind::Stub(name) => Arc::from([JavaMethod {
                 name: Arc::from(name),
@@ -274,35 +320,99 @@ impl HotspotProcess {
         (blob.compile_id == wanted).then_some(methods)
     }
 
-    /// The methods of a compiled frame, root first: its own, then those
-    /// inlined into it down to the one at `pc` (where the debug info says).
-    fn compiled(&mut self, blob: &CodeBlob, pc: u64, leaf: bool) -> Option<Arc<[JavaMethod]>> {
-        let own = self.method(blob.method)?;
-        let inlined = self.inlining.as_ref().ok().and_then(|inlining| {
-            inlining.methods_at(
-                &self.memory,
-                blob.address,
-                pc.wrapping_sub(blob.code_begin) as i64,
-                leaf,
-            )
+    /// The address of a kept compiled method that holds `pc` with this
+    /// compile id.
+    fn known_compiled(&self, pc: u64, compile_id: u32) -> Option<u64> {
+        let (&address, code) = self.compiled_code.range(..=pc).next_back()?;
+        (pc < code.end && code.blob.compile_id == compile_id).then_some(address)
+    }
+
+    /// Keeps a compiled method's blob and debug info; returns its address.
+    fn keep_compiled(&mut self, blob: CodeBlob, end: u64) -> u64 {
+        let debug = self
+            .inlining
+            .as_ref()
+            .ok()
+            .and_then(|inlining| inlining.debug_info(&self.memory, blob.address));
+        let descs = debug.as_ref().map_or(0, DebugInfo::len);
+        if self.compiled_code.len() >= MAX_COMPILED || self.compiled_descs + descs > MAX_PC_DESCS {
+            self.compiled_code.clear();
+            self.compiled_descs = 0;
+        }
+        // A blob freed since, whose memory now holds this one.
+        let address = blob.address;
+        let overlapping: Vec<u64> = self
+            .compiled_code
+            .range(..end)
+            .rev()
+            .take_while(|(_, code)| code.end > address)
+            .map(|(&at, _)| at)
+            .collect();
+        for at in overlapping {
+            if let Some(old) = self.compiled_code.remove(&at) {
+                self.compiled_descs -= old.debug.as_ref().map_or(0, DebugInfo::len);
+            }
+        }
+        self.compiled_descs += descs;
+        self.compiled_code.insert(
+            address,
+            CompiledCode {
+                blob,
+                end,
+                debug,
+                chains: HashMap::new(),
+            },
+        );
+        address
+    }
+
+    /// The methods of a compiled frame at `pc` of the kept method at
+    /// `address`, root first: its own, then those inlined into it down to
+    /// the one at `pc` (where the debug info says).
+    fn name_compiled(&mut self, address: u64, pc: u64, leaf: bool) -> Option<Arc<[JavaMethod]>> {
+        let code = self.compiled_code.get(&address)?;
+        let method = code.blob.method;
+        let decode = code.debug.as_ref().and_then(|debug| {
+            debug.decode_offset(pc.wrapping_sub(code.blob.code_begin) as i64, leaf)
         });
-        let Some(mut chain) = inlined.filter(|chain| chain.last() == Some(&blob.method)) else {
-            return Some(Arc::from([JavaMethod {
+        if let Some(decode) = decode
+            && let Some(methods) = code.chains.get(&decode)
+        {
+            return Some(methods.clone());
+        }
+        let inlined = match (decode, &code.debug, &self.inlining) {
+            (Some(decode), Some(debug), Ok(inlining)) => {
+                inlining.scope_methods(&self.memory, debug, decode)
+            }
+            _ => None,
+        };
+        let own = self.method(method)?;
+        let methods: Arc<[JavaMethod]> = match inlined.filter(|chain| chain.last() == Some(&method))
+        {
+            None => Arc::from([JavaMethod {
                 name: own,
                 inlined: false,
-            }]));
+            }]),
+            Some(mut chain) => {
+                chain.reverse();
+                let mut methods = Vec::with_capacity(chain.len());
+                for (depth, method) in chain.into_iter().enumerate() {
+                    methods.push(JavaMethod {
+                        name: self
+                            .method(method)
+                            .unwrap_or_else(|| Arc::from("[unknown]")),
+                        inlined: depth > 0,
+                    });
+                }
+                methods.into()
+            }
         };
-        chain.reverse();
-        let mut methods = Vec::with_capacity(chain.len());
-        for (depth, method) in chain.into_iter().enumerate() {
-            methods.push(JavaMethod {
-                name: self
-                    .method(method)
-                    .unwrap_or_else(|| Arc::from("[unknown]")),
-                inlined: depth > 0,
-            });
+        if let Some(decode) = decode
+            && let Some(code) = self.compiled_code.get_mut(&address)
+        {
+            code.chains.insert(decode, methods.clone());
         }
-        Some(methods.into())
+        Some(methods)
     }
 }
 
