@@ -94,7 +94,7 @@ pub struct Census {
 
 /// A JVM whose structures were read.
 pub struct HotspotProcess {
-    /// The JVM's memory, read a page at a time and let go each drain
+    /// The JVM's memory, read a block at a time and let go each drain
     /// ([`Self::new_drain`]).
     memory: CachedMemory,
     layout: HotspotLayout,
