@@ -6,6 +6,7 @@
 //! addresses with a count. Nothing here knows about processes, symbols or
 //! files; later stages take it from there.
 
+pub mod batch;
 pub mod bounded;
 pub mod btf;
 pub mod hotspot;
@@ -82,6 +83,11 @@ pub enum CollectError {
     Map {
         name: &'static str,
         source: aya::maps::MapError,
+    },
+    #[error("eBPF map {name}: taking its entries: {source}")]
+    Take {
+        name: &'static str,
+        source: std::io::Error,
     },
     #[error("eBPF program {name}: {source}")]
     Program {
@@ -542,10 +548,13 @@ impl Collector {
         let stacks_name = names::STACKS[idle];
         let map_error = |name| move |source| CollectError::Map { name, source };
 
-        let entries: Vec<(SampleKey, u64)> = self.counts[idle]
-            .iter()
-            .filter_map(|entry| entry.map_err(|err| debug!("{counts_name}: {err}")).ok())
-            .collect();
+        // Taken out of the map (deleted) at once; the stacks they name stay
+        // until read below.
+        let entries =
+            batch::take_all(&mut self.counts[idle]).map_err(|source| CollectError::Take {
+                name: counts_name,
+                source,
+            })?;
         let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
         let mut samples = Vec::with_capacity(entries.len());
         for (key, count) in &entries {
@@ -570,12 +579,6 @@ impl Collector {
         self.python.clear(idle);
         self.hotspot.clear(idle);
 
-        for (key, _) in &entries {
-            match self.counts[idle].remove(key) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(source) => return Err(map_error(counts_name)(source)),
-            }
-        }
         let stack_ids: Vec<u32> = self.stacks[idle]
             .stack_ids()
             .filter_map(Result::ok)

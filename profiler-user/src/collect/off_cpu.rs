@@ -336,13 +336,12 @@ impl OffCpuRecorder {
     /// Takes what the idle buffer counted and clears it.
     pub fn drain(&mut self, idle: usize) -> Vec<RawSample> {
         self.take_new_stacks();
-        let entries: Vec<(OffCpuKey, u64)> = self.counts[idle]
-            .iter()
-            .filter_map(|entry| entry.map_err(|err| debug!("off-CPU counts: {err}")).ok())
-            .collect();
+        let entries = super::batch::take_all(&mut self.counts[idle]).unwrap_or_else(|err| {
+            debug!("off-CPU counts: {err}");
+            Vec::new()
+        });
         let mut samples = Vec::with_capacity(entries.len());
         for (key, nanos) in &entries {
-            let _ = self.counts[idle].remove(key);
             let user = self.user_stack(key.user_stack);
             let kernel = self.kernel_stack(key.kernel_stack);
             samples.push(RawSample {

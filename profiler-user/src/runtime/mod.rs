@@ -169,7 +169,7 @@ impl RuntimeFrames for Runtimes {
         self.python.resolve();
     }
 
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Frame> {
+    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Vec<Frame>> {
         self.python
             .claimed(process, addr, count)
             .or_else(|| self.jvm.claimed(process, addr, count))

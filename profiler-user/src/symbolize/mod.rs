@@ -100,9 +100,11 @@ pub trait RuntimeFrames {
     /// name all processes' at once, e.g. asking every JVM for its perf map
     /// in parallel).
     fn resolve(&mut self);
-    /// The frame of an address claimed in this drain, in a sample of
-    /// `count` (0 for off-CPU time: statistics count on-CPU samples).
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Frame>;
+    /// The frames of an address claimed in this drain (root first: a
+    /// compiled Java method and those inlined into it at that address), in
+    /// a sample of `count` (0 for off-CPU time: statistics count on-CPU
+    /// samples).
+    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Vec<Frame>>;
     /// A sample's user frames (root first) with the interpreter frames the
     /// kernel recorded for it (`stack`) named and put in their place.
     fn interpreter_frames(
@@ -337,7 +339,7 @@ impl Symbolizer {
         for index in (0..end).rev() {
             match lookups[index] {
                 Some(addr) if is_code[index] => {
-                    frames.push(self.user_frame(process, addr, count, runtime));
+                    frames.extend(self.user_frame(process, addr, count, runtime));
                 }
                 Some(_) => {}
                 None => frames.extend(recorded(runtime, index)),
@@ -352,14 +354,14 @@ impl Symbolizer {
         addr: u64,
         count: u64,
         runtime: &mut dyn RuntimeFrames,
-    ) -> Frame {
-        if let Some(frame) = runtime.claimed(process, addr, count) {
-            return frame;
+    ) -> Vec<Frame> {
+        if let Some(frames) = runtime.claimed(process, addr, count) {
+            return frames;
         }
-        Frame {
+        vec![Frame {
             name: self.native.name(process, addr),
             kind: FrameKind::User,
-        }
+        }]
     }
 }
 

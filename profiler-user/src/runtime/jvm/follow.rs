@@ -17,7 +17,7 @@ use super::{
     JitBatch, JitStats, JitSymbolizer, JvmOptions,
     hotspot::{
         HotspotError,
-        process::{HotspotProcess, RecordedName},
+        process::{HotspotProcess, JavaMethod, RecordedName},
     },
     thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
 };
@@ -66,8 +66,11 @@ pub struct JvmRuntime {
     walks: BTreeMap<u32, JavaWalk>,
     /// JVMs that exited since then.
     exited_walks: Vec<u32>,
-    /// This drain's addresses in JVM code caches.
+    /// This drain's addresses in JVM code caches, named from perf maps.
     jit_addrs: HashSet<(u32, u64)>,
+    /// This drain's addresses in walked JVMs' code caches, named from
+    /// HotSpot's own structures.
+    walked_addrs: HashSet<(u32, u64)>,
     /// This drain's batches, one per JVM, named in [`RuntimeFrames::resolve`].
     batches: Vec<JitBatch>,
     /// JVMs whose compiler threads were sampled in this drain.
@@ -103,6 +106,7 @@ impl JvmRuntime {
             walks: BTreeMap::new(),
             exited_walks: Vec::new(),
             jit_addrs: HashSet::new(),
+            walked_addrs: HashSet::new(),
             batches: Vec::new(),
             compiling: HashSet::new(),
             final_pass: false,
@@ -254,6 +258,7 @@ impl RuntimeFrames for JvmRuntime {
             }
         }
         self.jit_addrs.clear();
+        self.walked_addrs.clear();
         self.batches.clear();
         self.compiling = samples
             .iter()
@@ -272,20 +277,23 @@ impl RuntimeFrames for JvmRuntime {
         if !process.runtime.is_jvm() {
             return addrs;
         }
+        // A walked JVM names every address in its code cache itself (those
+        // of frame-pointer stacks, off-CPU time's, included): no perf map,
+        // and no read of its long /proc/PID/maps.
+        if let Some(Walker::Walked(walked)) = self.walkers.get(&process.pid) {
+            let (code, native): (Vec<u64>, Vec<u64>) = addrs
+                .into_iter()
+                .partition(|&addr| walked.in_code_cache(addr));
+            self.walked_addrs
+                .extend(code.into_iter().map(|addr| (process.pid, addr)));
+            return native;
+        }
         let Ok(maps) = ProcMaps::read(process.pid) else {
             return addrs;
         };
         let (jit, native): (Vec<u64>, Vec<u64>) = addrs
             .into_iter()
             .partition(|&addr| maps.find(addr).is_some_and(|m| m.is_anonymous()));
-        // A walked JVM's Java frames are named from its own structures: it
-        // is asked for a perf map only for code-cache addresses the walk
-        // could not place (HotSpot's names win: they cover interpreted and
-        // inlined frames, are read as the drain is named, and need nothing
-        // of the JVM; the perf map is the fallback).
-        if jit.is_empty() && matches!(self.walkers.get(&process.pid), Some(Walker::Walked(_))) {
-            return native;
-        }
         self.jit_addrs
             .extend(jit.iter().map(|&addr| (process.pid, addr)));
         self.batches.push(JitBatch {
@@ -300,7 +308,21 @@ impl RuntimeFrames for JvmRuntime {
         self.jit.resolve(&self.batches, self.final_pass);
     }
 
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Frame> {
+    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Vec<Frame>> {
+        if self.walked_addrs.contains(&(process.pid, addr)) {
+            let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
+                return None;
+            };
+            let methods = match walked.name_address(addr) {
+                RecordedName::NotJava => None,
+                RecordedName::Java(methods) => Some(methods),
+                RecordedName::Unknown => None,
+            };
+            if count > 0 {
+                self.jit.count_walked_frame(methods.is_some(), count);
+            }
+            return Some(java_frames(methods.as_deref()));
+        }
         if !self.jit_addrs.contains(&(process.pid, addr)) {
             return None;
         }
@@ -308,10 +330,10 @@ impl RuntimeFrames for JvmRuntime {
         if count > 0 {
             self.jit.count_frame(name.is_some(), count);
         }
-        Some(Frame {
+        Some(vec![Frame {
             name: name.unwrap_or_else(|| "[unknown]".into()),
             kind: FrameKind::Jit,
-        })
+        }])
     }
 
     fn interpreter_frames(&mut self, _: u32, _: &RawPythonStack, native: Vec<Frame>) -> Vec<Frame> {
@@ -338,19 +360,25 @@ impl RuntimeFrames for JvmRuntime {
         if count > 0 {
             self.jit.count_walked_frame(methods.is_some(), count);
         }
-        Some(match methods {
-            Some(methods) => methods
-                .iter()
-                .map(|method| Frame {
-                    name: method.name.clone(),
-                    kind: if method.inlined {
-                        FrameKind::Inlined
-                    } else {
-                        FrameKind::Jit
-                    },
-                })
-                .collect(),
-            None => vec![Frame::new("[unknown]", FrameKind::Jit)],
-        })
+        Some(java_frames(methods.as_deref()))
+    }
+}
+
+/// The frames of a Java frame's methods, root first; `[unknown]` when they
+/// could not be read.
+fn java_frames(methods: Option<&[JavaMethod]>) -> Vec<Frame> {
+    match methods {
+        Some(methods) => methods
+            .iter()
+            .map(|method| Frame {
+                name: method.name.clone(),
+                kind: if method.inlined {
+                    FrameKind::Inlined
+                } else {
+                    FrameKind::Jit
+                },
+            })
+            .collect(),
+        None => vec![Frame::new("[unknown]", FrameKind::Jit)],
     }
 }

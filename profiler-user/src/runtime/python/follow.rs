@@ -181,13 +181,13 @@ impl RuntimeFrames for PythonRuntime {
     /// Trampolines were named in [`Self::claim`].
     fn resolve(&mut self) {}
 
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, _: u64) -> Option<Frame> {
-        self.trampoline_names
-            .get(&(process.pid, addr))
-            .map(|name| Frame {
+    fn claimed(&mut self, process: &ProcessInfo, addr: u64, _: u64) -> Option<Vec<Frame>> {
+        self.trampoline_names.get(&(process.pid, addr)).map(|name| {
+            vec![Frame {
                 name: name.clone(),
                 kind: FrameKind::Jit,
-            })
+            }]
+        })
     }
 
     fn interpreter_frames(

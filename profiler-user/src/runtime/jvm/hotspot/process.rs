@@ -257,6 +257,43 @@ impl HotspotProcess {
         methods.map_or(RecordedName::Unknown, RecordedName::Java)
     }
 
+    /// Whether `address` is in one of the JVM's code heaps.
+    pub fn in_code_cache(&self, address: u64) -> bool {
+        self.cache.heap_of(address).is_some()
+    }
+
+    /// The name of a code-cache address of a frame-pointer stack (off-CPU
+    /// time's), for which the kernel recorded no frame kind or compile id:
+    /// what the blob there holds now (the stack is at most a drain old).
+    /// Named as a leaf: a return address less one, as frames are looked
+    /// up, finds the `PcDesc` of the call it returns from, the first at
+    /// or after it.
+    pub fn name_address(&mut self, address: u64) -> RecordedName {
+        let Some(blob) = self.cache.blob_at(&self.memory, &self.layout, address) else {
+            return RecordedName::Unknown;
+        };
+        let (kind, data) = match blob.kind {
+            BlobKind::Nmethod | BlobKind::NativeNmethod => {
+                (hotspot_frame::COMPILED, blob.compile_id)
+            }
+            BlobKind::Stub(_) => (hotspot_frame::STUB, 0),
+            BlobKind::Interpreter => {
+                return RecordedName::Java(Arc::from([JavaMethod {
+                    name: Arc::from("Interpreter"),
+                    inlined: false,
+                }]));
+            }
+        };
+        self.name(
+            &HotspotFrame {
+                address,
+                data,
+                kind,
+            },
+            true,
+        )
+    }
+
     fn method(&mut self, method: u64) -> Option<Arc<str>> {
         if let Some(name) = self.methods.get(&method) {
             return name.clone();
