@@ -17,7 +17,10 @@ use std::os::fd::{AsFd, AsRawFd};
 const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
 /// Entries asked for per call (a bucket with more than this many would
 /// need a larger buffer: ENOSPC, retried with twice as many).
-const CHUNK: u32 = 1024;
+const CHUNK: usize = 1024;
+/// ... fewer when the values are large (a HotSpot stack is 16 KiB): the
+/// buffer for one call's values stays within this.
+const CHUNK_BYTES: usize = 4 << 20;
 /// The kernel's own "not supported" (524), which the `bpf` call returns
 /// as it is for a map type without batch operations.
 const ENOTSUPP: i32 = 524;
@@ -60,12 +63,14 @@ fn lookup_and_delete_batch<K: Pod, V: Pod>(
 ) -> io::Result<Vec<(K, V)>> {
     let fd = map.map().fd().as_fd().as_raw_fd();
     let mut taken = Vec::new();
-    let mut chunk = CHUNK as usize;
+    let mut chunk = (CHUNK_BYTES / size_of::<V>().max(1)).clamp(8, CHUNK);
     let mut position: u32 = 0;
     let mut first = true;
     loop {
-        let mut keys = vec![0u8; chunk * size_of::<K>()];
-        let mut values = vec![0u8; chunk * size_of::<V>()];
+        // Not zeroed (megabytes for large values, at every drain): only
+        // what the kernel wrote is read.
+        let mut keys: Vec<u8> = Vec::with_capacity(chunk * size_of::<K>());
+        let mut values: Vec<u8> = Vec::with_capacity(chunk * size_of::<V>());
         let mut next: u32 = 0;
         let mut attr = BatchAttr {
             in_batch: if first {

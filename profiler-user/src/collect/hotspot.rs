@@ -106,15 +106,10 @@ impl HotspotMaps {
         walked
     }
 
-    /// The stack filed under `hash` in the `idle` buffer (`0`: none).
-    pub fn stack(&self, idle: usize, hash: u64) -> Option<RawHotspotStack> {
-        self.stacks
-            .get(idle, hash)
-            .map(|stack| RawHotspotStack::from_kernel(&stack))
-    }
-
-    /// Empties the `idle` buffer's stack map after a drain.
-    pub fn clear(&mut self, idle: usize) {
-        self.stacks.clear(idle);
+    /// The `idle` buffer's stacks, taken out of the kernel: the stack
+    /// filed under a hash (`0`: none).
+    pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawHotspotStack> + use<> {
+        let taken = self.stacks.take_buffer(idle);
+        move |hash| taken.get(hash).map(RawHotspotStack::from_kernel)
     }
 }

@@ -199,6 +199,10 @@ pub struct KernelStats {
     pub hotspot_stacks_lost: u64,
 }
 
+/// Every this many drains, a stack map is listed whole, not only for the
+/// stacks the drain's counts named.
+const STACK_SWEEP_DRAINS: u64 = 16;
+
 /// The loaded, attached sampler.
 pub struct Collector {
     // Owns the programs and their links.
@@ -211,6 +215,8 @@ pub struct Collector {
     stack_depth: usize,
     counts: [HashMap<MapData, SampleKey, u64>; 2],
     stacks: [StackTraceMap<MapData>; 2],
+    /// Drains taken so far (to list the stack maps now and then).
+    drains: u64,
     active_buffer: Array<MapData, u32>,
     /// What `ACTIVE_BUFFER[control::PROCESS_GENERATION]` holds.
     process_generation: u32,
@@ -369,6 +375,7 @@ impl Collector {
             stack_depth: config.stack_depth as usize,
             counts,
             stacks,
+            drains: 0,
             active_buffer,
             process_generation: 0,
             stats,
@@ -555,6 +562,8 @@ impl Collector {
                 name: counts_name,
                 source,
             })?;
+        let python = self.python.take_stacks(idle);
+        let hotspot = self.hotspot.take_stacks(idle);
         let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
         let mut samples = Vec::with_capacity(entries.len());
         for (key, count) in &entries {
@@ -567,8 +576,8 @@ impl Collector {
                 comm: comm_to_string(&key.comm),
                 user,
                 kernel,
-                python: self.python.stack(idle, key.python_stack),
-                hotspot: self.hotspot.stack(idle, key.hotspot_stack),
+                python: python(key.python_stack),
+                hotspot: hotspot(key.hotspot_stack),
                 kind: SampleKind::OnCpu,
                 count: *count,
             });
@@ -576,13 +585,21 @@ impl Collector {
         if let Some(off_cpu) = self.off_cpu.as_mut() {
             samples.extend(off_cpu.drain(idle));
         }
-        self.python.clear(idle);
-        self.hotspot.clear(idle);
 
-        let stack_ids: Vec<u32> = self.stacks[idle]
-            .stack_ids()
-            .filter_map(Result::ok)
+        // The stacks read above are deleted by id. Listing the map costs a
+        // call per entry, so it is listed only every STACK_SWEEP_DRAINS
+        // drains, for stacks no count named (its map was full).
+        self.drains += 1;
+        let mut stack_ids: Vec<u32> = stack_cache
+            .keys()
+            .filter_map(|&id| u32::try_from(id).ok())
             .collect();
+        if self.drains % STACK_SWEEP_DRAINS == 0 {
+            stack_ids = self.stacks[idle]
+                .stack_ids()
+                .filter_map(Result::ok)
+                .collect();
+        }
         for id in stack_ids {
             match self.stacks[idle].remove(&id) {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}

@@ -114,15 +114,10 @@ impl PythonMaps {
         followed
     }
 
-    /// The stack filed under `hash` in the `idle` buffer (`0`: none).
-    pub fn stack(&self, idle: usize, hash: u64) -> Option<RawPythonStack> {
-        self.stacks
-            .get(idle, hash)
-            .map(|stack| RawPythonStack::from_kernel(&stack))
-    }
-
-    /// Empties the `idle` buffer's stack map after a drain.
-    pub fn clear(&mut self, idle: usize) {
-        self.stacks.clear(idle);
+    /// The `idle` buffer's stacks, taken out of the kernel: the stack
+    /// filed under a hash (`0`: none).
+    pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawPythonStack> + use<> {
+        let taken = self.stacks.take_buffer(idle);
+        move |hash| taken.get(hash).map(RawPythonStack::from_kernel)
     }
 }

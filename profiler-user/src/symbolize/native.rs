@@ -13,9 +13,15 @@
 //! `PyBytesIter_Type` (a type object), dozens of times per stack. Such an
 //! address is never named, and [`NativeSymbolizer::is_code`] lets the
 //! stack be cut there.
+//!
+//! A name found in a file is kept for the file, not only the process: on a
+//! Spark host every application starts new JVMs and Python workers, and
+//! each would otherwise have blazesym name the same libjvm and CPython code
+//! again (a third of sparkprof's CPU while a job ran).
 
 use std::{
     collections::{HashMap, HashSet},
+    os::unix::fs::MetadataExt,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -40,7 +46,24 @@ pub struct NativeSymbolizer {
     names: HashMap<ProcessKey, HashMap<u64, Arc<str>>>,
     /// Each process's executable mappings, as last read.
     maps: HashMap<ProcessKey, KnownMaps>,
+    /// ELF symbol names by file and offset in it (`None`: no symbol
+    /// there), for every process that maps the file.
+    files: HashMap<(FileId, u64), Option<Arc<str>>>,
 }
+
+/// A mapped file, as `stat` of `/proc/PID/map_files/...` sees it: the same
+/// device, inode, size and modification time are the same bytes (an inode
+/// freed and reused has another time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+/// Names kept by file, then started over.
+const MAX_FILE_NAMES: usize = 65_536;
 
 /// Reads of a process's mappings, at most one per this (garbage addresses
 /// outside code come at every drain, and a JVM's maps are long).
@@ -54,6 +77,9 @@ struct KnownMaps {
     /// Addresses outside every mapping at the last read: not resolved
     /// again until the mappings are read again.
     not_code: HashSet<u64>,
+    /// The file of each file-backed mapping looked at, by its start
+    /// (`None`: anonymous, or its file could not be looked at).
+    files: HashMap<u64, Option<FileId>>,
 }
 
 impl KnownMaps {
@@ -62,7 +88,29 @@ impl KnownMaps {
             maps: ProcMaps::read(pid).ok(),
             read_at: Instant::now(),
             not_code: HashSet::new(),
+            files: HashMap::new(),
         }
+    }
+
+    /// The file holding `addr` and the offset of `addr` in it.
+    fn file_offset(&mut self, pid: u32, addr: u64) -> Option<(FileId, u64)> {
+        let mapping = self.maps.as_ref()?.find(addr)?;
+        if mapping.inode == 0 {
+            return None;
+        }
+        let (start, end) = (mapping.start, mapping.end);
+        let offset = addr - start + mapping.offset;
+        let file = *self.files.entry(start).or_insert_with(|| {
+            let meta =
+                std::fs::metadata(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()?;
+            (meta.ino() == mapping.inode).then(|| FileId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                size: meta.size(),
+                mtime: (meta.mtime(), meta.mtime_nsec()),
+            })
+        });
+        Some((file?, offset))
     }
 
     fn covers(&self, addr: u64) -> bool {
@@ -84,6 +132,7 @@ impl NativeSymbolizer {
             symbolizer: Symbolizer::new(),
             names: HashMap::new(),
             maps: HashMap::new(),
+            files: HashMap::new(),
         }
     }
 
@@ -134,26 +183,45 @@ impl NativeSymbolizer {
         let (code, outside): (Vec<u64>, Vec<u64>) =
             todo.into_iter().partition(|&addr| known.covers(addr));
         known.not_code.extend(outside);
-        let todo = code;
-        if todo.is_empty() {
-            return;
-        }
-        let mut source = Process::new(Pid::from(process.pid));
-        // ELF symbols only: DWARF parsing of large binaries costs seconds and
-        // hundreds of MiB; perf maps are read by our own JIT resolver.
-        source.debug_syms = false;
-        source.perf_map = false;
-        source.map_files = true;
-        let source = Source::Process(source);
-        let results = match self.symbolizer.symbolize(&source, Input::AbsAddr(&todo)) {
-            Ok(results) => results.into_iter().map(|r| sym_name(&r)).collect(),
-            Err(err) => {
-                debug!(pid = process.pid, "symbolization failed: {err}");
-                vec![None; todo.len()]
+        // Names another process's mapping of the same file already found.
+        let mut found: Vec<(u64, Option<Arc<str>>)> = Vec::with_capacity(code.len());
+        let mut todo: Vec<(u64, Option<(FileId, u64)>)> = Vec::new();
+        for addr in code {
+            let in_file = known.file_offset(process.pid, addr);
+            match in_file.and_then(|in_file| self.files.get(&in_file)) {
+                Some(name) => found.push((addr, name.clone())),
+                None => todo.push((addr, in_file)),
             }
-        };
+        }
+        if !todo.is_empty() {
+            let addrs: Vec<u64> = todo.iter().map(|(addr, _)| *addr).collect();
+            let mut source = Process::new(Pid::from(process.pid));
+            // ELF symbols only: DWARF parsing of large binaries costs seconds and
+            // hundreds of MiB; perf maps are read by our own JIT resolver.
+            source.debug_syms = false;
+            source.perf_map = false;
+            source.map_files = true;
+            let source = Source::Process(source);
+            let results: Vec<Option<Arc<str>>> =
+                match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
+                    Ok(results) => results.iter().map(sym_name).collect(),
+                    Err(err) => {
+                        debug!(pid = process.pid, "symbolization failed: {err}");
+                        vec![None; addrs.len()]
+                    }
+                };
+            if self.files.len() + results.len() > MAX_FILE_NAMES {
+                self.files.clear();
+            }
+            for ((addr, in_file), name) in todo.into_iter().zip(results) {
+                if let Some(in_file) = in_file {
+                    self.files.insert(in_file, name.clone());
+                }
+                found.push((addr, name));
+            }
+        }
         let maps = self.maps.get(&key).and_then(|known| known.maps.as_ref());
-        for (addr, name) in todo.into_iter().zip(results) {
+        for (addr, name) in found {
             let name = name.unwrap_or_else(|| match maps {
                 Some(maps) => maps.describe(addr).into(),
                 None => "[unknown]".into(),
@@ -186,6 +254,7 @@ impl NativeSymbolizer {
             self.names.values().map(HashMap::len).sum(),
         );
         held.add("symbolize.native_maps", self.maps.len());
+        held.add("symbolize.native_file_names", self.files.len());
         held.add(
             "symbolize.native_not_code",
             self.maps.values().map(|known| known.not_code.len()).sum(),
@@ -254,5 +323,23 @@ mod tests {
         let named = symbolizer.name(&process, data);
         assert!(!named.contains("SPARKPROF_NATIVE_TEST_DATA"), "{named}");
         assert_eq!(&*named, "[unknown]");
+
+        // Another process mapping the same file gets the name kept for the
+        // file, without blazesym: shown by a name only that cache holds.
+        let (file, offset) = symbolizer
+            .maps
+            .get_mut(&NativeSymbolizer::key(&process))
+            .unwrap()
+            .file_offset(process.pid, function)
+            .expect("this test binary is a file");
+        symbolizer
+            .files
+            .insert((file, offset), Some("kept for the file".into()));
+        let other = ProcessInfo {
+            start_ticks: 2,
+            ..process
+        };
+        symbolizer.resolve(&other, &[function]);
+        assert_eq!(&*symbolizer.name(&other, function), "kept for the file");
     }
 }

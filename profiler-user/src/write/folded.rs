@@ -7,13 +7,24 @@ use crate::symbolize::{FrameKind, SymbolizedSample};
 /// Makes a name safe as one folded frame: `;` separates frames and a line
 /// ends the record, so neither may appear inside a name.
 pub fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            ';' => ':',
-            '\n' | '\r' | '\t' => ' ',
-            c => c,
-        })
-        .collect()
+    let mut safe = String::with_capacity(name.len());
+    push_sanitized(&mut safe, name);
+    safe
+}
+
+/// Appends [`sanitize`]`(name)` to `line`. Every frame of every sample
+/// passes here, and almost no name needs a change: those are copied whole.
+fn push_sanitized(line: &mut String, name: &str) {
+    let unsafe_byte = |b: &u8| matches!(b, b';' | b'\n' | b'\r' | b'\t');
+    if !name.as_bytes().iter().any(unsafe_byte) {
+        line.push_str(name);
+        return;
+    }
+    line.extend(name.chars().map(|c| match c {
+        ';' => ':',
+        '\n' | '\r' | '\t' => ' ',
+        c => c,
+    }));
 }
 
 /// A process or file name reduced to `[A-Za-z0-9._-]` for use in a path.
@@ -41,17 +52,12 @@ pub fn file_stem(name: &str) -> String {
 /// `_[k]`, JIT frames `_[j]`.
 pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
     let mut line = String::with_capacity(64 + sample.frames.len() * 32);
-    let _ = write!(
-        line,
-        "{} [{}]",
-        sanitize(&sample.process.name),
-        sample.process.pid
-    );
-    line.push(';');
-    line.push_str(&sanitize(thread));
+    push_sanitized(&mut line, &sample.process.name);
+    let _ = write!(line, " [{}];", sample.process.pid);
+    push_sanitized(&mut line, thread);
     for frame in &sample.frames {
         line.push(';');
-        line.push_str(&sanitize(&frame.name));
+        push_sanitized(&mut line, &frame.name);
         match frame.kind {
             FrameKind::Kernel => line.push_str("_[k]"),
             FrameKind::Jit => line.push_str("_[j]"),
