@@ -131,16 +131,30 @@ pub const MAX_HOTSPOT_PROCESSES: u32 = 1_024;
 pub const DEFAULT_HOTSPOT_STACK_ENTRIES: u32 = 4_096;
 
 /// A user stack of a sample of a JVM, walked by the kernel through native
-/// and Java frames, leaf first, in `HOTSPOT_STACKS`.
+/// and Java frames, leaf first, with room for `N` frames.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct HotspotStack {
+pub struct HotspotStackOf<const N: usize> {
     /// Frames used in `frames`.
     pub len: u32,
     /// `1`: the walk went on beyond [`HOTSPOT_MAX_FRAMES`].
     pub truncated: u32,
-    pub frames: [HotspotFrame; HOTSPOT_MAX_FRAMES],
+    pub frames: [HotspotFrame; N],
 }
+
+/// A walked stack of any depth (16 KiB), in `HOTSPOT_STACKS`.
+pub type HotspotStack = HotspotStackOf<HOTSPOT_MAX_FRAMES>;
+
+/// Frames of a [`HotspotShortStack`]: most stacks, Spark's task threads'
+/// included, have fewer.
+pub const HOTSPOT_SHORT_FRAMES: usize = 128;
+
+/// A walked stack of at most [`HOTSPOT_SHORT_FRAMES`] frames, in
+/// `HOTSPOT_SHORT_STACKS`: the first bytes of a [`HotspotStack`], filed
+/// and read as an eighth of its size. The kernel copies a whole value at
+/// every new stack and userspace at every drain, so a 16 KiB value for a
+/// 60-frame stack cost both sides.
+pub type HotspotShortStack = HotspotStackOf<HOTSPOT_SHORT_FRAMES>;
 
 /// How a CPython version chains its frames, as the kernel walker sees it.
 pub mod python_layout {
@@ -523,8 +537,12 @@ pub mod names {
     pub const HOTSPOT_WALKER: &str = "HOTSPOT_WALKER";
     /// `HashMap<u32 tgid, HotspotProcInfo>`: JVMs whose frames are walked.
     pub const HOTSPOT_PROCS: &str = "HOTSPOT_PROCS";
-    /// `HashMap<u64, HotspotStack>`: user stacks of JVM samples, one per buffer.
+    /// `HashMap<u64, HotspotStack>`: user stacks of JVM samples deeper than
+    /// [`crate::HOTSPOT_SHORT_FRAMES`], one per buffer.
     pub const HOTSPOT_STACKS: [&str; 2] = ["HOTSPOT_STACKS_0", "HOTSPOT_STACKS_1"];
+    /// `HashMap<u64, HotspotShortStack>`: the others, one per buffer.
+    pub const HOTSPOT_SHORT_STACKS: [&str; 2] =
+        ["HOTSPOT_SHORT_STACKS_0", "HOTSPOT_SHORT_STACKS_1"];
     /// Every stack map, whose depth userspace sets per recording.
     pub const ALL_STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 }
@@ -636,7 +654,7 @@ mod user {
     unsafe impl aya::Pod for super::HotspotProcInfo {}
     // SAFETY: repr(C), two u32 then frames of (u64, u32, u32): no padding,
     // any bits valid.
-    unsafe impl aya::Pod for super::HotspotStack {}
+    unsafe impl<const N: usize> aya::Pod for super::HotspotStackOf<N> {}
 }
 
 #[cfg(test)]
@@ -688,6 +706,13 @@ mod tests {
             8 + 16 * HOTSPOT_MAX_FRAMES
         );
         assert_eq!(core::mem::offset_of!(HotspotStack, frames), 8);
+        // A short stack is the start of a long one.
+        assert_eq!(
+            core::mem::size_of::<HotspotShortStack>(),
+            8 + 16 * HOTSPOT_SHORT_FRAMES
+        );
+        assert_eq!(core::mem::offset_of!(HotspotShortStack, frames), 8);
+        const { assert!(HOTSPOT_SHORT_FRAMES < HOTSPOT_MAX_FRAMES) };
         // The walker's runs (the first and 32 tail calls; the 33rd
         // finishes) cover the depth.
         const { assert!(33 * HOTSPOT_FRAMES_PER_RUN >= HOTSPOT_MAX_FRAMES) };

@@ -41,8 +41,8 @@ use aya_ebpf::{
 };
 use profiler_common::{
     DEFAULT_HOTSPOT_STACK_ENTRIES, HOTSPOT_FINISH_SLOT, HOTSPOT_FRAMES_PER_RUN, HOTSPOT_MAX_FRAMES,
-    HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotStack, MAX_HOTSPOT_PROCESSES,
-    hotspot_frame, stat,
+    HOTSPOT_SHORT_FRAMES, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
+    HotspotStack, MAX_HOTSPOT_PROCESSES, hotspot_frame, stat,
 };
 
 use crate::{
@@ -62,6 +62,12 @@ static HOTSPOT_STACKS_0: HashMap<u64, HotspotStack> =
     HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 #[map]
 static HOTSPOT_STACKS_1: HashMap<u64, HotspotStack> =
+    HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+#[map]
+static HOTSPOT_SHORT_STACKS_0: HashMap<u64, HotspotShortStack> =
+    HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+#[map]
+static HOTSPOT_SHORT_STACKS_1: HashMap<u64, HotspotShortStack> =
     HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 
 /// `hotspot_walk` and `hotspot_finish` (set by userspace).
@@ -205,8 +211,21 @@ pub fn hotspot_finish(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     let walk = unsafe { &mut *walk };
+    let hash = walk.hash ^ u64::from(walk.stack.truncated);
     let stack = if walk.stack.len == 0 {
         0
+    } else if walk.stack.len as usize <= HOTSPOT_SHORT_FRAMES {
+        // The walk's first bytes are the short stack (see its type).
+        let short = unsafe { &*core::ptr::addr_of!(walk.stack).cast::<HotspotShortStack>() };
+        Pooled {
+            map: if walk.buffer == 0 {
+                &HOTSPOT_SHORT_STACKS_0
+            } else {
+                &HOTSPOT_SHORT_STACKS_1
+            },
+            lost_stat: stat::HOTSPOT_STACKS_LOST,
+        }
+        .file(hash, short)
     } else {
         Pooled {
             map: if walk.buffer == 0 {
@@ -216,7 +235,7 @@ pub fn hotspot_finish(ctx: PerfEventContext) -> u32 {
             },
             lost_stat: stat::HOTSPOT_STACKS_LOST,
         }
-        .file(walk.hash ^ u64::from(walk.stack.truncated), &walk.stack)
+        .file(hash, &walk.stack)
     };
     // The facts the sampler just kept on this CPU; a JVM: no Python
     // frames to look for.

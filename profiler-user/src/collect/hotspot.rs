@@ -14,8 +14,8 @@ use aya::{
     programs::PerfEvent,
 };
 use profiler_common::{
-    HOTSPOT_FINISH_SLOT, HOTSPOT_MAX_FRAMES, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo,
-    HotspotStack, names,
+    HOTSPOT_FINISH_SLOT, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
+    HotspotStack, HotspotStackOf, names,
 };
 
 use super::{CollectError, pooled::PooledStacks, take_map};
@@ -30,8 +30,8 @@ pub struct RawHotspotStack {
 }
 
 impl RawHotspotStack {
-    pub fn from_kernel(stack: &HotspotStack) -> Self {
-        let len = (stack.len as usize).min(HOTSPOT_MAX_FRAMES);
+    pub fn from_kernel<const N: usize>(stack: &HotspotStackOf<N>) -> Self {
+        let len = (stack.len as usize).min(N);
         Self {
             frames: stack.frames[..len].to_vec(),
             truncated: stack.truncated != 0,
@@ -46,6 +46,7 @@ pub struct HotspotMaps {
     _walker: ProgramArray<MapData>,
     processes: HashMap<MapData, u32, HotspotProcInfo>,
     stacks: PooledStacks<HotspotStack>,
+    short_stacks: PooledStacks<HotspotShortStack>,
     watched: HashSet<u32>,
 }
 
@@ -76,6 +77,7 @@ impl HotspotMaps {
             _walker: walker,
             processes: take_map(ebpf, names::HOTSPOT_PROCS)?,
             stacks: PooledStacks::take(ebpf, names::HOTSPOT_STACKS)?,
+            short_stacks: PooledStacks::take(ebpf, names::HOTSPOT_SHORT_STACKS)?,
             watched: HashSet::new(),
         })
     }
@@ -109,7 +111,13 @@ impl HotspotMaps {
     /// The `idle` buffer's stacks, taken out of the kernel: the stack
     /// filed under a hash (`0`: none).
     pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawHotspotStack> + use<> {
-        let taken = self.stacks.take_buffer(idle);
-        move |hash| taken.get(hash).map(RawHotspotStack::from_kernel)
+        let short = self.short_stacks.take_buffer(idle);
+        let long = self.stacks.take_buffer(idle);
+        move |hash| {
+            short
+                .get(hash)
+                .map(RawHotspotStack::from_kernel)
+                .or_else(|| long.get(hash).map(RawHotspotStack::from_kernel))
+        }
     }
 }
