@@ -65,10 +65,10 @@ static HOTSPOT_STACKS_1: HashMap<u64, HotspotStack> =
     HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 #[map]
 static HOTSPOT_SHORT_STACKS_0: HashMap<u64, HotspotShortStack> =
-    HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, 0);
 #[map]
 static HOTSPOT_SHORT_STACKS_1: HashMap<u64, HotspotShortStack> =
-    HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(DEFAULT_HOTSPOT_STACK_ENTRIES, 0);
 
 /// `hotspot_walk` and `hotspot_finish` (set by userspace).
 #[map]

@@ -361,6 +361,7 @@ impl Session {
         }
         let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
         pipeline.enricher.named(&dumps);
+        pipeline.symbolizer.load();
         // Only now the sampler: every sample of a running process is taken
         // once its runtime follows it (a Python sample carries its frames, a
         // JVM's renames are watched).

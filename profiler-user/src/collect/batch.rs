@@ -18,9 +18,9 @@ const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
 /// Entries asked for per call (a bucket with more than this many would
 /// need a larger buffer: ENOSPC, retried with twice as many).
 const CHUNK: usize = 1024;
-/// ... fewer when the values are large (a HotSpot stack is 16 KiB): the
-/// buffer for one call's values stays within this.
-const CHUNK_BYTES: usize = 4 << 20;
+/// ... fewer when the values are large (a HotSpot stack is 2 or 16 KiB):
+/// the buffer for one call's values stays within this.
+const CHUNK_BYTES: usize = 256 << 10;
 /// The kernel's own "not supported" (524), which the `bpf` call returns
 /// as it is for a map type without batch operations.
 const ENOTSUPP: i32 = 524;
@@ -39,20 +39,51 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// The buffers one map's batches are read into, kept from drain to drain:
+/// fresh ones were page faults and cleared pages at every drain.
+#[derive(Debug, Default)]
+pub(crate) struct BatchBuffers {
+    keys: Vec<u8>,
+    values: Vec<u8>,
+}
+
+impl BatchBuffers {
+    /// Room for `len` bytes in `buffer` (its contents are not kept).
+    fn room(buffer: &mut Vec<u8>, len: usize) -> *mut u8 {
+        if buffer.capacity() < len {
+            *buffer = Vec::with_capacity(len);
+        }
+        buffer.as_mut_ptr()
+    }
+}
+
 /// Every entry of `map`, each deleted from it. No program may write to the
 /// map meanwhile (the collector's idle buffer): an entry added behind the
 /// batch's position would be left for the next drain.
 pub(crate) fn take_all<K: Pod, V: Pod>(
     map: &mut HashMap<MapData, K, V>,
+    buffers: &mut BatchBuffers,
 ) -> io::Result<Vec<(K, V)>> {
-    match lookup_and_delete_batch(map) {
+    let mut taken = Vec::new();
+    take_each(map, buffers, |key, value| taken.push((key, value)))?;
+    Ok(taken)
+}
+
+/// [`take_all`], handing each entry to `each` as it is read (large values
+/// are not gathered first).
+pub(crate) fn take_each<K: Pod, V: Pod>(
+    map: &mut HashMap<MapData, K, V>,
+    buffers: &mut BatchBuffers,
+    mut each: impl FnMut(K, V),
+) -> io::Result<()> {
+    match lookup_and_delete_batch(map, buffers, &mut each) {
         Err(err)
             if matches!(
                 err.raw_os_error(),
                 Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP)
             ) =>
         {
-            one_by_one(map)
+            one_by_one(map, &mut each)
         }
         taken => taken,
     }
@@ -60,17 +91,17 @@ pub(crate) fn take_all<K: Pod, V: Pod>(
 
 fn lookup_and_delete_batch<K: Pod, V: Pod>(
     map: &HashMap<MapData, K, V>,
-) -> io::Result<Vec<(K, V)>> {
+    buffers: &mut BatchBuffers,
+    each: &mut impl FnMut(K, V),
+) -> io::Result<()> {
     let fd = map.map().fd().as_fd().as_raw_fd();
-    let mut taken = Vec::new();
     let mut chunk = (CHUNK_BYTES / size_of::<V>().max(1)).clamp(8, CHUNK);
     let mut position: u32 = 0;
     let mut first = true;
     loop {
-        // Not zeroed (megabytes for large values, at every drain): only
-        // what the kernel wrote is read.
-        let mut keys: Vec<u8> = Vec::with_capacity(chunk * size_of::<K>());
-        let mut values: Vec<u8> = Vec::with_capacity(chunk * size_of::<V>());
+        // Not zeroed: only what the kernel wrote is read.
+        let keys = BatchBuffers::room(&mut buffers.keys, chunk * size_of::<K>());
+        let values = BatchBuffers::room(&mut buffers.values, chunk * size_of::<V>());
         let mut next: u32 = 0;
         let mut attr = BatchAttr {
             in_batch: if first {
@@ -79,8 +110,8 @@ fn lookup_and_delete_batch<K: Pod, V: Pod>(
                 &position as *const u32 as u64
             },
             out_batch: &mut next as *mut u32 as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
+            keys: keys as u64,
+            values: values as u64,
             count: chunk as u32,
             map_fd: fd as u32,
             ..BatchAttr::default()
@@ -107,27 +138,25 @@ fn lookup_and_delete_batch<K: Pod, V: Pod>(
             // a `K` or `V` (plain data), possibly unaligned in the buffer.
             let (key, value) = unsafe {
                 (
-                    keys.as_ptr()
-                        .add(index * size_of::<K>())
+                    keys.add(index * size_of::<K>())
                         .cast::<K>()
                         .read_unaligned(),
                     values
-                        .as_ptr()
                         .add(index * size_of::<V>())
                         .cast::<V>()
                         .read_unaligned(),
                 )
             };
-            taken.push((key, value));
+            each(key, value);
         }
         match error {
             None => {}
             // The end of the map.
-            Some(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(taken),
+            Some(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             Some(err) if first => return Err(err),
-            // Entries taken so far are deleted: hand them on, and the rest
+            // Entries taken so far are deleted and handed on; the rest
             // stays for the next drain.
-            Some(_) => return Ok(taken),
+            Some(_) => return Ok(()),
         }
         position = next;
         first = false;
@@ -135,10 +164,14 @@ fn lookup_and_delete_batch<K: Pod, V: Pod>(
 }
 
 /// The old way: list, look up and delete each.
-fn one_by_one<K: Pod, V: Pod>(map: &mut HashMap<MapData, K, V>) -> io::Result<Vec<(K, V)>> {
+fn one_by_one<K: Pod, V: Pod>(
+    map: &mut HashMap<MapData, K, V>,
+    each: &mut impl FnMut(K, V),
+) -> io::Result<()> {
     let entries: Vec<(K, V)> = map.iter().filter_map(Result::ok).collect();
-    for (key, _) in &entries {
-        let _ = map.remove(key);
+    for (key, value) in entries {
+        let _ = map.remove(&key);
+        each(key, value);
     }
-    Ok(entries)
+    Ok(())
 }

@@ -111,13 +111,10 @@ impl HotspotMaps {
     /// The `idle` buffer's stacks, taken out of the kernel: the stack
     /// filed under a hash (`0`: none).
     pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawHotspotStack> + use<> {
-        let short = self.short_stacks.take_buffer(idle);
-        let long = self.stacks.take_buffer(idle);
-        move |hash| {
-            short
-                .get(hash)
-                .map(RawHotspotStack::from_kernel)
-                .or_else(|| long.get(hash).map(RawHotspotStack::from_kernel))
-        }
+        let short = self
+            .short_stacks
+            .take_buffer(idle, RawHotspotStack::from_kernel);
+        let long = self.stacks.take_buffer(idle, RawHotspotStack::from_kernel);
+        move |hash| short.get(hash).or_else(|| long.get(hash))
     }
 }

@@ -36,7 +36,8 @@ use hotspot::HotspotMaps;
 pub use hotspot::RawHotspotStack;
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{
-    BUFFER_STOPPED, PythonOffsets, SampleKey, control, names, stack_error, stat,
+    BUFFER_STOPPED, DEFAULT_HOTSPOT_STACK_ENTRIES, PythonOffsets, SampleKey, control, names,
+    stack_error, stat,
 };
 use python::PythonMaps;
 pub use python::{PythonThread, RawPythonStack};
@@ -214,6 +215,7 @@ pub struct Collector {
     buffer_started: SystemTime,
     stack_depth: usize,
     counts: [HashMap<MapData, SampleKey, u64>; 2],
+    count_buffers: batch::BatchBuffers,
     stacks: [StackTraceMap<MapData>; 2],
     /// Drains taken so far (to list the stack maps now and then).
     drains: u64,
@@ -304,6 +306,15 @@ impl Collector {
         for name in names::STACKS {
             loader.map_max_entries(name, config.stack_map_entries);
         }
+        // Allocated whole at load (a drain frees hundreds of entries, and
+        // freeing allocated-as-used ones cost more than reading them): room
+        // for a quarter of the stack maps' samples.
+        for name in names::HOTSPOT_SHORT_STACKS {
+            loader.map_max_entries(
+                name,
+                (config.stack_map_entries / 4).clamp(1_024, DEFAULT_HOTSPOT_STACK_ENTRIES),
+            );
+        }
         let mut ebpf = loader.load(&object)?;
 
         let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
@@ -374,6 +385,7 @@ impl Collector {
             buffer_started: SystemTime::now(),
             stack_depth: config.stack_depth as usize,
             counts,
+            count_buffers: batch::BatchBuffers::default(),
             stacks,
             drains: 0,
             active_buffer,
@@ -558,9 +570,11 @@ impl Collector {
         // Taken out of the map (deleted) at once; the stacks they name stay
         // until read below.
         let entries =
-            batch::take_all(&mut self.counts[idle]).map_err(|source| CollectError::Take {
-                name: counts_name,
-                source,
+            batch::take_all(&mut self.counts[idle], &mut self.count_buffers).map_err(|source| {
+                CollectError::Take {
+                    name: counts_name,
+                    source,
+                }
             })?;
         let python = self.python.take_stacks(idle);
         let hotspot = self.hotspot.take_stacks(idle);

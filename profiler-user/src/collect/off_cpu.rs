@@ -147,6 +147,7 @@ const STACK_CACHE_AGE: Duration = Duration::from_secs(60);
 /// The attached off-CPU programs and their maps.
 pub struct OffCpuRecorder {
     counts: [HashMap<MapData, OffCpuKey, u64>; 2],
+    count_buffers: super::batch::BatchBuffers,
     user_stacks: HashMap<MapData, u64, OffCpuUserStack>,
     kernel_stacks: HashMap<MapData, u64, OffCpuKernelStack>,
     python_stacks: HashMap<MapData, u64, PythonStack>,
@@ -206,6 +207,7 @@ impl OffCpuRecorder {
                 take_map(ebpf, names::OFFCPU_COUNTS[0])?,
                 take_map(ebpf, names::OFFCPU_COUNTS[1])?,
             ],
+            count_buffers: super::batch::BatchBuffers::default(),
             user_stacks: take_map(ebpf, names::OFFCPU_USER_STACKS)?,
             kernel_stacks: take_map(ebpf, names::OFFCPU_KERNEL_STACKS)?,
             python_stacks: take_map(ebpf, names::OFFCPU_PY_STACKS)?,
@@ -336,10 +338,11 @@ impl OffCpuRecorder {
     /// Takes what the idle buffer counted and clears it.
     pub fn drain(&mut self, idle: usize) -> Vec<RawSample> {
         self.take_new_stacks();
-        let entries = super::batch::take_all(&mut self.counts[idle]).unwrap_or_else(|err| {
-            debug!("off-CPU counts: {err}");
-            Vec::new()
-        });
+        let entries = super::batch::take_all(&mut self.counts[idle], &mut self.count_buffers)
+            .unwrap_or_else(|err| {
+                debug!("off-CPU counts: {err}");
+                Vec::new()
+            });
         let mut samples = Vec::with_capacity(entries.len());
         for (key, nanos) in &entries {
             let user = self.user_stack(key.user_stack);

@@ -15,6 +15,7 @@ use super::{CollectError, batch, take_map};
 /// The two maps of one kind of pooled stack.
 pub struct PooledStacks<V: Pod> {
     maps: [HashMap<MapData, u64, V>; 2],
+    buffers: batch::BatchBuffers,
 }
 
 impl<V: Pod> PooledStacks<V> {
@@ -22,33 +23,37 @@ impl<V: Pod> PooledStacks<V> {
     pub fn take(ebpf: &mut Ebpf, names: [&'static str; 2]) -> Result<Self, CollectError> {
         Ok(Self {
             maps: [take_map(ebpf, names[0])?, take_map(ebpf, names[1])?],
+            buffers: batch::BatchBuffers::default(),
         })
     }
 
-    /// Every stack of the `idle` buffer, by hash, each deleted from the
-    /// map (a few batch calls: a lookup and a delete per stack were a
-    /// third of sparkprof's `bpf` time on a Spark host).
-    pub fn take_buffer(&mut self, idle: usize) -> Taken<V> {
-        let stacks = batch::take_all(&mut self.maps[idle])
-            .map_err(|err| debug!("taking pooled stacks failed: {err}"))
-            .unwrap_or_default();
-        Taken {
-            stacks: stacks.into_iter().collect(),
+    /// Every stack of the `idle` buffer, by hash, made a `T`, each deleted
+    /// from the map (a few batch calls: a lookup and a delete per stack
+    /// were a third of sparkprof's `bpf` time on a Spark host).
+    pub fn take_buffer<T>(&mut self, idle: usize, convert: impl Fn(&V) -> T) -> Taken<T> {
+        let mut stacks = StdHashMap::new();
+        if let Err(err) =
+            batch::take_each(&mut self.maps[idle], &mut self.buffers, |hash, stack| {
+                stacks.insert(hash, convert(&stack));
+            })
+        {
+            debug!("taking pooled stacks failed: {err}");
         }
+        Taken { stacks }
     }
 }
 
 /// One buffer's stacks, as a drain took them.
-pub struct Taken<V> {
-    stacks: StdHashMap<u64, V>,
+pub struct Taken<T> {
+    stacks: StdHashMap<u64, T>,
 }
 
-impl<V> Taken<V> {
+impl<T: Clone> Taken<T> {
     /// The stack filed under `hash` (`0`: none).
-    pub fn get(&self, hash: u64) -> Option<&V> {
+    pub fn get(&self, hash: u64) -> Option<T> {
         if hash == 0 {
             return None;
         }
-        self.stacks.get(&hash)
+        self.stacks.get(&hash).cloned()
     }
 }

@@ -41,6 +41,16 @@ impl KernelSymbolizer {
         }
     }
 
+    /// Reads the kernel's symbols now: a recording does it before it
+    /// samples, not in its first drain (parsing `/proc/kallsyms` is tens of
+    /// milliseconds of CPU, once per run).
+    pub fn load(&mut self) {
+        // No address is named 0; the lookup loads the symbols all the same.
+        if let Err(err) = self.symbolizer.symbolize(&source(), Input::AbsAddr(&[0])) {
+            debug!("loading kernel symbols failed: {err}");
+        }
+    }
+
     /// Resolves the addresses not seen before.
     pub fn resolve(&mut self, addrs: &[u64]) {
         let mut todo: Vec<u64> = addrs
@@ -57,16 +67,7 @@ impl KernelSymbolizer {
             self.names.clear();
             self.functions.clear();
         }
-        // kallsyms only: a vmlinux search of the file system would cost more
-        // than it adds for function-level names.
-        let source = Source::Kernel(Kernel {
-            kallsyms: MaybeDefault::Default,
-            vmlinux: MaybeDefault::None,
-            kaslr_offset: Some(0),
-            debug_syms: false,
-            ..Default::default()
-        });
-        match self.symbolizer.symbolize(&source, Input::AbsAddr(&todo)) {
+        match self.symbolizer.symbolize(&source(), Input::AbsAddr(&todo)) {
             Ok(results) => {
                 for (addr, result) in todo.iter().zip(results) {
                     let name: Arc<str> = match result {
@@ -93,6 +94,18 @@ impl KernelSymbolizer {
             .cloned()
             .unwrap_or_else(|| "[unknown]".into())
     }
+}
+
+/// kallsyms only: a vmlinux search of the file system would cost more
+/// than it adds for function-level names.
+fn source() -> Source<'static> {
+    Source::Kernel(Kernel {
+        kallsyms: MaybeDefault::Default,
+        vmlinux: MaybeDefault::None,
+        kaslr_offset: Some(0),
+        debug_syms: false,
+        ..Default::default()
+    })
 }
 
 /// The one copy of `name` in `functions`.

@@ -152,6 +152,12 @@ impl Symbolizer {
         }
     }
 
+    /// Loads what every recording needs before its first drain (the
+    /// kernel's symbols).
+    pub fn load(&mut self) {
+        self.kernel.load();
+    }
+
     /// Names every frame of a drain.
     pub fn symbolize(
         &mut self,

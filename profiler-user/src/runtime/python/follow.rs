@@ -99,18 +99,21 @@ impl PythonRuntime {
                 }
             },
         };
+        // The map first: without one (most processes) there is nothing to
+        // name, and the process's memory map (long, read at every drain)
+        // is not needed.
+        if let Err(err) = map.refresh() {
+            debug!(pid, "Python perf map not read: {err}");
+        }
+        if map.table().is_empty() {
+            return addrs;
+        }
         let Ok(maps) = ProcMaps::read(pid) else {
             return addrs;
         };
         let (anonymous, native): (Vec<u64>, Vec<u64>) = addrs
             .into_iter()
             .partition(|&addr| maps.find(addr).is_some_and(|m| m.is_anonymous()));
-        if anonymous.is_empty() {
-            return native;
-        }
-        if let Err(err) = map.refresh() {
-            debug!(pid, "Python perf map not read: {err}");
-        }
         let mut rest = native;
         for addr in anonymous {
             match map.lookup(addr) {
