@@ -121,6 +121,19 @@ pub fn stack_map_entries(
     wanted.min(affordable).max(1_024).next_power_of_two() as u32
 }
 
+/// Count map entries for a recording: room for four times the samples one
+/// drain interval can bring (each sample is at most one new key), from
+/// 4,096 to the ABI's default. A drain's batch read walks every bucket of
+/// the map, so a map far larger than what it holds costs at every drain
+/// (65,536 buckets were a tenth of sparkprof's CPU on an idle host).
+pub fn count_map_entries(cpus: u32, frequency_hz: u64, drain_interval: Duration) -> u32 {
+    let per_interval =
+        u64::from(cpus) * frequency_hz * drain_interval.as_millis().max(1) as u64 / 1000;
+    (per_interval * 4)
+        .clamp(4_096, u64::from(profiler_common::DEFAULT_COUNT_MAP_ENTRIES))
+        .next_power_of_two() as u32
+}
+
 /// The pipeline, one direction.
 pub(crate) struct Pipeline {
     /// `--pid`: only these processes (empty: the whole host).
@@ -333,7 +346,11 @@ impl Session {
             frequency_hz: options.frequency_hz,
             stack_depth,
             stack_map_entries,
-            count_map_entries: profiler_common::DEFAULT_COUNT_MAP_ENTRIES,
+            count_map_entries: count_map_entries(
+                cpus,
+                options.frequency_hz,
+                options.drain_interval,
+            ),
             target_pids: options.pids.clone(),
             off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
                 min_block,
@@ -556,5 +573,14 @@ mod tests {
         assert!(u64::from(big_host) * (127 * 8 + 16) <= 2 * STACK_MAP_BUDGET_BYTES);
         let deep = stack_map_entries(2, 99, Duration::from_secs(1), 4096);
         assert!(u64::from(deep) * (4096 * 8) <= 2 * STACK_MAP_BUDGET_BYTES);
+    }
+
+    #[test]
+    fn count_maps_hold_four_intervals_of_samples() {
+        let second = Duration::from_secs(1);
+        assert_eq!(count_map_entries(2, 99, second), 4_096);
+        assert_eq!(count_map_entries(16, 999, second), 65_536);
+        assert_eq!(count_map_entries(4, 999, second), 16_384);
+        assert_eq!(count_map_entries(512, 999, Duration::from_secs(10)), 65_536);
     }
 }
