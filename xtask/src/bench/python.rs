@@ -10,8 +10,8 @@
 //!    profiler is started on it and samples before the work begins; the time
 //!    is the workload's own (`time.perf_counter` around the work only). Also
 //!    each profiler's CPU (utime + stime) over the work, and the share of
-//!    its samples of the workload that carry the whole call chain (that
-//!    sparkprof walked the Python frames at all).
+//!    its samples of the workload that carry the whole call chain from the
+//!    script's root to where it was (that the walk lost no frame).
 //! 2. In-kernel cost of a Python sample against a native one: with
 //!    `kernel.bpf_stats_enabled` on, `run_time_ns / run_cnt` of sparkprof's
 //!    perf_event programs at 999 Hz `--pid` on two Python workload
@@ -589,10 +589,21 @@ fn sparkprof_stacks(profiles: &Path, pid: u32) -> Result<String> {
 
 /// Of folded stacks (`root;...;leaf COUNT` lines: sparkprof's files and
 /// py-spy's raw format alike, both naming a Python frame `function
-/// (file:line)`): the samples whose stack has [`CHAIN`] in order, and all
-/// samples.
+/// (file:line)`): the samples whose Python frames are the whole chain from
+/// the script's root to where it was, and all samples.
+///
+/// Whole: the workload's frames are `<module>`, `main`, then [`CHAIN`] from
+/// its start, as far as the sampled frame (native frames between them do
+/// not count). A walk goes from the running frame to its callers, so one
+/// cut short loses the root end (`<module>` missing) and a wrong link shows
+/// as a frame out of place; a sample taken while `outer` calls `middle` is
+/// whole without `middle`. (A sample that stops before `leaf` is not
+/// taken for a cut walk: before the section counted only stacks down to
+/// `leaf`, and its 0.3 % of others were such calls in progress, e.g.
+/// `outer (pywork.py:42);_PyObject_Malloc`.)
 fn chain_counts(folded: &str) -> (u64, u64) {
     let (mut chained, mut total) = (0, 0);
+    let expected: Vec<&str> = ["<module>", "main"].into_iter().chain(CHAIN).collect();
     for line in folded.lines() {
         let Some((stack, count)) = line.rsplit_once(' ') else {
             continue;
@@ -601,15 +612,12 @@ fn chain_counts(folded: &str) -> (u64, u64) {
             continue;
         };
         total += count;
-        let mut wanted = CHAIN.iter().peekable();
-        for frame in stack.split(';') {
-            if wanted.peek().is_some_and(|function| {
-                frame.starts_with(&format!("{function} (")) && frame.contains("pywork.py")
-            }) {
-                wanted.next();
-            }
-        }
-        if wanted.peek().is_none() {
+        let workload: Vec<&str> = stack
+            .split(';')
+            .filter(|frame| frame.contains("pywork.py"))
+            .filter_map(|frame| frame.split_once(" (").map(|(function, _)| function))
+            .collect();
+        if !workload.is_empty() && expected.starts_with(&workload) {
             chained += count;
         }
     }
@@ -641,7 +649,10 @@ impl PythonReport {
              (without, with, with, without, ...) and the two profilers take turns going first. \
              Each profiler is started afresh on the waiting workload and samples before the \
              work begins; the time is the workload's own (`time.perf_counter` around the work \
-             only).\n\n\
+             only). *With the whole chain*: the sample's Python frames are `<module>`, `main`, \
+             then `{chain}` from its start as far as the frame it was in, none missing or out \
+             of place (a walk cut short loses the root end; a sample taken while `outer` calls \
+             `middle` is whole without `middle`).\n\n\
              | pair (order) | profiler | without, s | with, s | ratio | samples of the workload | with the whole chain |\n\
              |---|---|--:|--:|--:|--:|--:|\n",
             self.python, self.py_spy
@@ -1002,7 +1013,9 @@ python3.12 [42];python3.12;PyLong_FromLong 2
 <module> (pywork.py:69);main (pywork.py:59) 1
 not a stack line
 ";
-        assert_eq!(chain_counts(folded), (97, 100));
+        // Whole: down to `leaf`, with native frames between, and in `main`
+        // before the work; no Python frame at all is not.
+        assert_eq!(chain_counts(folded), (98, 100));
         // Out of order is not the chain.
         assert_eq!(
             chain_counts(
@@ -1010,6 +1023,14 @@ not a stack line
             ),
             (0, 4)
         );
+        // A call in progress is whole; a walk cut at the root end, or one
+        // that skipped a frame, is not.
+        let transitions = "\
+<module> (pywork.py:69);main (pywork.py:60);run (pywork.py:49);outer (pywork.py:42);_PyObject_Malloc 3
+run (pywork.py:49);outer (pywork.py:44);middle (pywork.py:40);inner (pywork.py:36);leaf (pywork.py:31) 5
+<module> (pywork.py:69);main (pywork.py:60);run (pywork.py:49);middle (pywork.py:40) 7
+";
+        assert_eq!(chain_counts(transitions), (3, 15));
     }
 
     #[test]
