@@ -608,7 +608,7 @@ impl Collector {
             .keys()
             .filter_map(|&id| u32::try_from(id).ok())
             .collect();
-        if self.drains % STACK_SWEEP_DRAINS == 0 {
+        if self.drains.is_multiple_of(STACK_SWEEP_DRAINS) {
             stack_ids = self.stacks[idle]
                 .stack_ids()
                 .filter_map(Result::ok)
