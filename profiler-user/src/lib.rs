@@ -23,3 +23,11 @@ pub mod runtime;
 pub mod symbolize;
 pub mod sys;
 pub mod write;
+
+/// A hash map for the tables every frame of every sample is looked up in
+/// (addresses, folded lines): std's SipHash, built against hash flooding,
+/// was a tenth of the symbolize and write stages' time; foldhash is seeded
+/// per process all the same.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// The set of [`FastMap`].
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

@@ -1,9 +1,6 @@
 //! Kernel frames, named from /proc/kallsyms through blazesym.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::HashSet, sync::Arc};
 
 use blazesym::{
     MaybeDefault,
@@ -14,6 +11,8 @@ use blazesym::{
 };
 use tracing::debug;
 
+use crate::FastMap;
+
 /// Kernel addresses whose names are kept; beyond, the cache starts over.
 /// A host's kernel has some tens of thousands of call sites that show up
 /// in stacks, so a daemon settles well below it.
@@ -23,7 +22,7 @@ const MAX_ADDRESSES: usize = 65_536;
 /// one copy of each function's name shared by its addresses.
 pub struct KernelSymbolizer {
     symbolizer: Symbolizer,
-    names: HashMap<u64, Arc<str>>,
+    names: FastMap<u64, Arc<str>>,
     functions: HashSet<Arc<str>>,
 }
 
@@ -36,7 +35,7 @@ impl KernelSymbolizer {
     pub fn new() -> Self {
         Self {
             symbolizer: Symbolizer::new(),
-            names: HashMap::new(),
+            names: FastMap::default(),
             functions: HashSet::new(),
         }
     }

@@ -187,12 +187,17 @@ impl Symbolizer {
         }
         // Runtimes name what lies in their own generated code (JIT code
         // caches, interpreter trampolines); the rest is native code.
+        // Each address once (a drain's stacks share most of theirs).
         runtime.new_drain(&drain.samples);
-        for (process, addrs) in user_batches.values() {
-            let native_addrs = runtime.claim(process, addrs.clone());
-            self.native.resolve(process, &native_addrs);
+        for (process, mut addrs) in user_batches.into_values() {
+            addrs.sort_unstable();
+            addrs.dedup();
+            let native_addrs = runtime.claim(&process, addrs);
+            self.native.resolve(&process, &native_addrs);
         }
         runtime.resolve();
+        kernel_addrs.sort_unstable();
+        kernel_addrs.dedup();
         self.kernel.resolve(&kernel_addrs);
 
         let samples = drain

@@ -36,19 +36,19 @@ use blazesym::{
 use tracing::debug;
 
 use super::proc_maps::ProcMaps;
-use crate::enrich::ProcessInfo;
+use crate::{FastMap, enrich::ProcessInfo};
 
 type ProcessKey = (u32, u64);
 
 /// Names user addresses per process, with a per-process cache.
 pub struct NativeSymbolizer {
     symbolizer: Symbolizer,
-    names: HashMap<ProcessKey, HashMap<u64, Arc<str>>>,
+    names: FastMap<ProcessKey, FastMap<u64, Arc<str>>>,
     /// Each process's executable mappings, as last read.
-    maps: HashMap<ProcessKey, KnownMaps>,
+    maps: FastMap<ProcessKey, KnownMaps>,
     /// ELF symbol names by file and offset in it (`None`: no symbol
     /// there), for every process that maps the file.
-    files: HashMap<(FileId, u64), Option<Arc<str>>>,
+    files: FastMap<(FileId, u64), Option<Arc<str>>>,
 }
 
 /// A mapped file, as `stat` of `/proc/PID/map_files/...` sees it: the same
@@ -130,9 +130,9 @@ impl NativeSymbolizer {
     pub fn new() -> Self {
         Self {
             symbolizer: Symbolizer::new(),
-            names: HashMap::new(),
-            maps: HashMap::new(),
-            files: HashMap::new(),
+            names: FastMap::default(),
+            maps: FastMap::default(),
+            files: FastMap::default(),
         }
     }
 
@@ -251,7 +251,7 @@ impl NativeSymbolizer {
         held.add("symbolize.native_processes", self.names.len());
         held.add(
             "symbolize.native_names",
-            self.names.values().map(HashMap::len).sum(),
+            self.names.values().map(FastMap::len).sum(),
         );
         held.add("symbolize.native_maps", self.maps.len());
         held.add("symbolize.native_file_names", self.files.len());

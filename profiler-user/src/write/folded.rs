@@ -69,7 +69,7 @@ pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
 }
 
 /// Renders aggregated stacks as folded text, one line per stack, sorted.
-pub fn render(stacks: &HashMap<String, u64>) -> String {
+pub fn render<S: std::hash::BuildHasher>(stacks: &HashMap<String, u64, S>) -> String {
     let mut lines: Vec<(&String, &u64)> = stacks.iter().collect();
     lines.sort();
     let mut text = String::new();

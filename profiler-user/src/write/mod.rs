@@ -312,7 +312,7 @@ fn role_file(role: Role) -> &'static str {
 struct OutputFile {
     rel_path: PathBuf,
     entry: index::FileEntry,
-    stacks: HashMap<String, u64>,
+    stacks: crate::FastMap<String, u64>,
     dirty: bool,
     /// Written whole (folded and SVG) at least once: only then does the
     /// index list it.
@@ -541,7 +541,7 @@ impl Writer {
                 OutputFile {
                     rel_path,
                     entry,
-                    stacks: HashMap::new(),
+                    stacks: crate::FastMap::default(),
                     dirty: true,
                     on_disk: false,
                 },

@@ -22,6 +22,7 @@ use super::{
     thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
 };
 use crate::{
+    FastSet,
     collect::{Collector, Drain, RawPythonStack},
     enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     runtime::Runtime,
@@ -67,10 +68,10 @@ pub struct JvmRuntime {
     /// JVMs that exited since then.
     exited_walks: Vec<u32>,
     /// This drain's addresses in JVM code caches, named from perf maps.
-    jit_addrs: HashSet<(u32, u64)>,
+    jit_addrs: FastSet<(u32, u64)>,
     /// This drain's addresses in walked JVMs' code caches, named from
     /// HotSpot's own structures.
-    walked_addrs: HashSet<(u32, u64)>,
+    walked_addrs: FastSet<(u32, u64)>,
     /// This drain's batches, one per JVM, named in [`RuntimeFrames::resolve`].
     batches: Vec<JitBatch>,
     /// JVMs whose compiler threads were sampled in this drain.
@@ -105,8 +106,8 @@ impl JvmRuntime {
             walk: options.walk,
             walks: BTreeMap::new(),
             exited_walks: Vec::new(),
-            jit_addrs: HashSet::new(),
-            walked_addrs: HashSet::new(),
+            jit_addrs: FastSet::default(),
+            walked_addrs: FastSet::default(),
             batches: Vec::new(),
             compiling: HashSet::new(),
             final_pass: false,

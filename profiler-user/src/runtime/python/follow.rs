@@ -31,7 +31,7 @@ pub struct PythonRuntime {
     /// Their `-X perf` trampoline maps (3.12+), where they write one.
     trampolines: HashMap<u32, PerfMapFile>,
     /// This drain's addresses in those trampolines, named.
-    trampoline_names: HashMap<(u32, u64), Arc<str>>,
+    trampoline_names: crate::FastMap<(u32, u64), Arc<str>>,
 }
 
 impl PythonRuntime {

@@ -27,7 +27,10 @@ use super::{
     names::{ClassNames, method_name},
     vmstructs::VmStructs,
 };
-use crate::sys::memory::{CachedMemory, Memory, ReadMemory};
+use crate::{
+    FastMap,
+    sys::memory::{CachedMemory, Memory, ReadMemory},
+};
 
 /// Distinct methods and compiled pcs whose names are kept per JVM (a
 /// Spark executor compiles a few thousand methods); past this the cache
@@ -102,11 +105,11 @@ pub struct HotspotProcess {
     /// How to find the methods inlined at a compiled pc (or why not).
     inlining: Result<InliningLayout, String>,
     /// `Method*` → its name (`None`: not a readable method).
-    methods: HashMap<u64, Option<Arc<str>>>,
+    methods: FastMap<u64, Option<Arc<str>>>,
     /// Class names by constant pool, kept and let go with `methods`.
     classes: ClassNames,
     /// (compiled or stub pc, leaf) → what the blob there is.
-    code: HashMap<(u64, bool), CodeAt>,
+    code: FastMap<(u64, bool), CodeAt>,
     /// Compiled methods by their blob's address.
     compiled_code: BTreeMap<u64, CompiledCode>,
     /// `PcDesc`s in `compiled_code`.
@@ -144,9 +147,9 @@ impl HotspotProcess {
             layout,
             cache,
             inlining,
-            methods: HashMap::new(),
+            methods: FastMap::default(),
             classes: ClassNames::new(),
-            code: HashMap::new(),
+            code: FastMap::default(),
             compiled_code: BTreeMap::new(),
             compiled_descs: 0,
         })
