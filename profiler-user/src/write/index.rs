@@ -124,12 +124,18 @@ impl FileEntry {
     }
 
     pub(super) fn extend_time(&mut self, start: SystemTime, end: SystemTime) {
+        // Every sample of a drain brings the same times: formatted only
+        // when they move the span.
         let start = self.start_time.map_or(start, |s| s.min(start));
         let end = self.end_time.map_or(end, |e| e.max(end));
-        self.start_time = Some(start);
-        self.end_time = Some(end);
-        self.start = timestamp(start);
-        self.end = timestamp(end);
+        if self.start_time != Some(start) {
+            self.start_time = Some(start);
+            self.start = timestamp(start);
+        }
+        if self.end_time != Some(end) {
+            self.end_time = Some(end);
+            self.end = timestamp(end);
+        }
     }
 
     /// When its first samples were counted.

@@ -114,6 +114,9 @@ pub struct HotspotProcess {
     compiled_code: BTreeMap<u64, CompiledCode>,
     /// `PcDesc`s in `compiled_code`.
     compiled_descs: usize,
+    /// This drain's frame-pointer code-cache addresses, named (the same
+    /// waits come back in many off-CPU stacks of a drain).
+    addresses: FastMap<u64, RecordedName>,
 }
 
 impl HotspotProcess {
@@ -124,12 +127,14 @@ impl HotspotProcess {
         held.add("jvm.compiled_methods", self.compiled_code.len());
         held.add("jvm.pc_descs", self.compiled_descs);
         held.add("jvm.memory_blocks", self.memory.len());
+        held.add("jvm.drain_addresses", self.addresses.len());
     }
 
     /// A new drain's frames are to be named: what was read of the JVM's
     /// memory for the last one may have changed since.
     pub fn new_drain(&mut self) {
         self.memory.clear();
+        self.addresses.clear();
     }
 
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
@@ -152,6 +157,7 @@ impl HotspotProcess {
             code: FastMap::default(),
             compiled_code: BTreeMap::new(),
             compiled_descs: 0,
+            addresses: FastMap::default(),
         })
     }
 
@@ -272,6 +278,16 @@ impl HotspotProcess {
     /// up, finds the `PcDesc` of the call it returns from, the first at
     /// or after it.
     pub fn name_address(&mut self, address: u64) -> RecordedName {
+        if let Some(name) = self.addresses.get(&address) {
+            return name.clone();
+        }
+        let name = self.name_address_now(address);
+        self.addresses.insert(address, name.clone());
+        name
+    }
+
+    /// [`Self::name_address`], read from the process.
+    fn name_address_now(&mut self, address: u64) -> RecordedName {
         let Some(blob) = self.cache.blob_at(&self.memory, &self.layout, address) else {
             return RecordedName::Unknown;
         };
