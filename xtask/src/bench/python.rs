@@ -709,10 +709,9 @@ impl PythonReport {
         }
         text += &format!(
             "\nNoise: the {} runs without a profiler span {noise:.1} % from fastest to slowest; \
-             sparkprof's median slowdown is {apart:+.1} points from py-spy's{}. sparkprof's CPU \
-             includes its first drain, which loads `/proc/kallsyms` (see section 3). *Whole \
-             chain*: the profiler's samples of the workload whose stack has `{chain}` of \
-             `pywork.py` in that order.\n",
+             sparkprof's median slowdown is {apart:+.1} points from py-spy's{}. *Whole \
+             chain*: the profiler's samples of the workload whose `pywork.py` frames are \
+             `<module>`, `main`, then `{chain}` from its start as far as the frame it was in.\n",
             unprofiled.len(),
             if resolved {
                 ""
