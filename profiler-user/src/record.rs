@@ -114,9 +114,8 @@ pub fn stack_map_entries(
     drain_interval: Duration,
     depth: u32,
 ) -> u32 {
-    let per_interval =
-        u64::from(cpus) * frequency_hz * drain_interval.as_millis().max(1) as u64 / 1000;
-    let wanted = (per_interval * 8).clamp(8_192, 262_144);
+    let wanted =
+        (samples_per_interval(cpus, frequency_hz, drain_interval) * 8).clamp(8_192, 262_144);
     let affordable = STACK_MAP_BUDGET_BYTES / (u64::from(depth) * 8 + 16);
     wanted.min(affordable).max(1_024).next_power_of_two() as u32
 }
@@ -127,11 +126,14 @@ pub fn stack_map_entries(
 /// the map, so a map far larger than what it holds costs at every drain
 /// (65,536 buckets were a tenth of sparkprof's CPU on an idle host).
 pub fn count_map_entries(cpus: u32, frequency_hz: u64, drain_interval: Duration) -> u32 {
-    let per_interval =
-        u64::from(cpus) * frequency_hz * drain_interval.as_millis().max(1) as u64 / 1000;
-    (per_interval * 4)
+    (samples_per_interval(cpus, frequency_hz, drain_interval) * 4)
         .clamp(4_096, u64::from(profiler_common::DEFAULT_COUNT_MAP_ENTRIES))
         .next_power_of_two() as u32
+}
+
+/// The most on-CPU samples one drain interval can bring.
+fn samples_per_interval(cpus: u32, frequency_hz: u64, drain_interval: Duration) -> u64 {
+    u64::from(cpus) * frequency_hz * drain_interval.as_millis().max(1) as u64 / 1000
 }
 
 /// The pipeline, one direction.

@@ -604,16 +604,17 @@ impl Collector {
         // call per entry, so it is listed only every STACK_SWEEP_DRAINS
         // drains, for stacks no count named (its map was full).
         self.drains += 1;
-        let mut stack_ids: Vec<u32> = stack_cache
-            .keys()
-            .filter_map(|&id| u32::try_from(id).ok())
-            .collect();
-        if self.drains.is_multiple_of(STACK_SWEEP_DRAINS) {
-            stack_ids = self.stacks[idle]
+        let stack_ids: Vec<u32> = if self.drains.is_multiple_of(STACK_SWEEP_DRAINS) {
+            self.stacks[idle]
                 .stack_ids()
                 .filter_map(Result::ok)
-                .collect();
-        }
+                .collect()
+        } else {
+            stack_cache
+                .keys()
+                .filter_map(|&id| u32::try_from(id).ok())
+                .collect()
+        };
         for id in stack_ids {
             match self.stacks[idle].remove(&id) {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}

@@ -36,7 +36,11 @@ use blazesym::{
 use tracing::debug;
 
 use super::proc_maps::ProcMaps;
-use crate::{FastMap, enrich::ProcessInfo};
+use crate::{
+    FastMap,
+    enrich::ProcessInfo,
+    sys::proc::{self, FileId},
+};
 
 type ProcessKey = (u32, u64);
 
@@ -49,17 +53,6 @@ pub struct NativeSymbolizer {
     /// ELF symbol names by file and offset in it (`None`: no symbol
     /// there), for every process that maps the file.
     files: FastMap<(FileId, u64), Option<Arc<str>>>,
-}
-
-/// A mapped file, as `stat` of `/proc/PID/map_files/...` sees it: the same
-/// device, inode, size and modification time are the same bytes (an inode
-/// freed and reused has another time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct FileId {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
 }
 
 /// Names kept by file, then started over.
@@ -101,14 +94,8 @@ impl KnownMaps {
         let (start, end) = (mapping.start, mapping.end);
         let offset = addr - start + mapping.offset;
         let file = *self.files.entry(start).or_insert_with(|| {
-            let meta =
-                std::fs::metadata(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()?;
-            (meta.ino() == mapping.inode).then(|| FileId {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                size: meta.size(),
-                mtime: (meta.mtime(), meta.mtime_nsec()),
-            })
+            let meta = std::fs::metadata(proc::map_file(pid, start, end)).ok()?;
+            (meta.ino() == mapping.inode).then(|| FileId::of(&meta))
         });
         Some((file?, offset))
     }

@@ -8,7 +8,8 @@
 
 use std::{
     collections::HashMap,
-    io,
+    fs, io,
+    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     sync::OnceLock,
     time::{Duration, SystemTime},
@@ -18,6 +19,35 @@ use procfs::{
     FromBufRead as _, ProcError,
     process::{MMPermissions, MMapPath, MemoryMap, MemoryMaps, Process},
 };
+
+/// A mapping's file in `/proc/PID/map_files`: exactly the mapped file,
+/// even if it was replaced or deleted since, and across mount namespaces
+/// (containers).
+pub fn map_file(pid: u32, start: u64, end: u64) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+}
+
+/// A file's identity, to keep what was read from it for every process
+/// that maps it: the same device, inode, size and modification time are
+/// the same bytes (an inode freed and reused has another time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    pub fn of(meta: &fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+}
 
 /// One mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]

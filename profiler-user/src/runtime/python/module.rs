@@ -15,7 +15,10 @@ use tracing::debug;
 
 use super::process::{FileMapping, proc_error, process_exists};
 use super::types::{PythonError, PythonVersion};
-use crate::sys::elf::Segments;
+use crate::sys::{
+    elf::Segments,
+    proc::{self, FileId},
+};
 
 /// What sparkprof needs from a module's ELF file.
 #[derive(Debug, Clone, Default)]
@@ -175,9 +178,7 @@ pub fn version_from_file_name(name: &str) -> Option<FileNameVersion> {
     }
 }
 
-/// A file's identity: device, inode, size, modification time.
-type FileKey = (u64, u64, u64, i64);
-type SymbolCache = Mutex<HashMap<FileKey, Arc<ModuleSymbols>>>;
+type SymbolCache = Mutex<HashMap<FileId, Arc<ModuleSymbols>>>;
 
 /// Parsed module symbols by file identity (device, inode, size, mtime):
 /// the many processes of one interpreter (PySpark workers are forks) parse
@@ -194,10 +195,7 @@ const SYMBOL_CACHE_ENTRIES: usize = 4096;
 /// works across mount namespaces (containers); else through
 /// `/proc/PID/root`, checking the inode.
 fn open_mapped_file(pid: u32, mapping: &FileMapping) -> Result<fs::File, PythonError> {
-    let map_file = PathBuf::from(format!(
-        "/proc/{pid}/map_files/{:x}-{:x}",
-        mapping.start, mapping.end
-    ));
+    let map_file = proc::map_file(pid, mapping.start, mapping.end);
     if let Ok(file) = fs::File::open(&map_file) {
         return Ok(file);
     }
@@ -227,7 +225,7 @@ pub fn module_symbols(pid: u32, mapping: &FileMapping) -> Result<Arc<ModuleSymbo
         path: path.clone(),
         source,
     })?;
-    let key = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
+    let key = FileId::of(&meta);
     if let Some(symbols) = symbol_cache()
         .lock()
         .ok()
