@@ -309,8 +309,9 @@ pub const OFFCPU_USER_DEPTH: usize = 126;
 /// holds no frame pointer (a C library wait such as
 /// `pthread_cond_timedwait` uses it as a general register) the walk
 /// starts from the first frame record found on the stack above the stack
-/// pointer, so the frames of the caller (a JVM's, with their Java frames)
-/// are not lost.
+/// pointer that a return address following a call instruction vouches for,
+/// so the frames of the caller (a JVM's, with their Java frames) are not
+/// lost.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OffCpuUserStack {

@@ -382,22 +382,6 @@ fn user_stack(ip: u64, sp: u64, bp: u64) -> u64 {
         frame = scan_for_frame_record(sp);
         stack.scanned = u32::from(frame != 0);
     }
-    // A record the scan found may be a frame pointer that code without
-    // frame records saved among other registers (glibc's
-    // pthread_cond_wait under a JVM's monitor wait does): the word after
-    // it is then another register, not a return address. Its frame
-    // pointer still leads to the next real record.
-    if stack.scanned != 0
-        && let Ok([caller_frame, return_address]) =
-            unsafe { bpf_probe_read_user(frame as *const [u64; 2]) }
-        && !follows_a_call(return_address)
-    {
-        frame = if is_frame_record(frame + 16, caller_frame) {
-            caller_frame
-        } else {
-            0
-        };
-    }
     let mut len = 1;
     for index in 1..OFFCPU_USER_DEPTH {
         if frame == 0 {
@@ -488,10 +472,22 @@ fn is_user_text(address: u64) -> bool {
     (0x1000..USER_SPACE_END).contains(&address)
 }
 
-/// The address of the first frame record in the words above `sp`: a word
-/// pointing further up this stack, followed by a plausible return address,
-/// where the record it points to is plausible too (two checks, so a stray
-/// stack address in a local variable is not taken for one). `0`: none.
+/// The address of the first frame record found in the words above `sp`,
+/// `0` for none. A candidate is a word pointing further up this stack at
+/// a plausible record (a further frame pointer or `0`, and an address in
+/// user space), and it is taken only where a return address that follows
+/// a call instruction vouches for it:
+/// - the word after the candidate: the candidate is a frame record on the
+///   stack (a caller that keeps frame pointers);
+/// - else the return address of the record it points to: the candidate is
+///   a frame pointer that code without frame records saved among other
+///   registers (glibc's `pthread_cond_wait` under a JVM's monitor wait
+///   does), and that record is where the walk goes on.
+///
+/// Stack addresses in locals and saved registers (a `timespec`, a mutex,
+/// a heap pointer beside a saved frame pointer) pass the range checks;
+/// without the call check such a chain was walked through data to its end,
+/// and a thread's waits at that site had no caller at all.
 #[inline(always)]
 fn scan_for_frame_record(sp: u64) -> u64 {
     let Some(window) = SCAN_SCRATCH.get_ptr_mut(0) else {
@@ -519,10 +515,16 @@ fn scan_for_frame_record(sp: u64) -> u64 {
         else {
             continue;
         };
-        if is_user_text(next_return)
-            && (next_frame == 0 || is_frame_record(candidate + 16, next_frame))
+        if !is_user_text(next_return)
+            || (next_frame != 0 && !is_frame_record(candidate + 16, next_frame))
         {
+            continue;
+        }
+        if follows_a_call(return_address) {
             return at;
+        }
+        if follows_a_call(next_return) {
+            return candidate;
         }
     }
     0

@@ -22,7 +22,9 @@
 //!   `off_cpu_slots_die_with_their_threads`: 80 threads come and go, and
 //!   the per-thread slots do not grow; threads that follow each other (and
 //!   may reuse the last one's task_struct and stack) never inherit the last
-//!   one's cached walk;
+//!   one's cached walk; `off_cpu_scan_past_decoys`: a wait entered with no
+//!   frame pointer in rbp, over stack words laid out to look like frame
+//!   records, is walked from the record a return address vouches for;
 //! - [`renames`]: `task_rename_tracepoint`: `prctl(PR_SET_NAME)` renames of a
 //!   watched process are announced with rising name epochs, which its
 //!   samples carry; `task_rename_by_another_thread`: the same for renames
@@ -108,7 +110,7 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 9] = [
+    let checks: [(&str, Check); 10] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
@@ -119,6 +121,10 @@ fn main() -> ExitCode {
         (
             "off_cpu_slots_die_with_their_threads",
             off_cpu::check_off_cpu_slots_die_with_their_threads,
+        ),
+        (
+            "off_cpu_scan_past_decoys",
+            off_cpu::check_off_cpu_scan_past_decoys,
         ),
         ("off_cpu_python_frames", python::check_off_cpu_python),
         ("task_rename_tracepoint", renames::check_task_rename),

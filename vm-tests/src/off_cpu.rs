@@ -242,3 +242,85 @@ pub fn check_off_cpu_slots_die_with_their_threads(
         2 * PAIRS
     ))
 }
+
+/// A thread sleeps 10 x 20 ms among decoys of each kind (see
+/// `workload::sparkprof_vm_sleep_among_decoys`): rbp holds no frame
+/// pointer, so the walk after the leaf starts from a frame record the
+/// program finds on the stack, and it must be the one a return address
+/// vouches for, never the decoy at the stack pointer that only looks like
+/// one. Every sleep's user stack has an expected caller right after the
+/// leaf.
+pub fn check_off_cpu_scan_past_decoys(
+    collector: &mut Collector,
+    _pid: u32,
+) -> Result<String, String> {
+    let mut found = Vec::new();
+    for saved in [false, true] {
+        drain(collector)?;
+        let (expected_tx, expected_rx) = std::sync::mpsc::channel();
+        let sleeper = Worker::spawn(move |_| {
+            // The compiler may unroll this: each call then has its own
+            // return address (and the program's walk of the first one is
+            // kept while the thread leaves with the same registers).
+            let expected: HashSet<u64> = (0..10)
+                .map(|_| {
+                    workload::sparkprof_vm_sleep_among_decoys(
+                        Duration::from_millis(20),
+                        std::hint::black_box(saved),
+                    )
+                    .expected_caller
+                })
+                .collect();
+            let _ = expected_tx.send(expected);
+        });
+        let tid = sleeper.tid;
+        sleeper.finish();
+        let expected = expected_rx
+            .recv()
+            .map_err(|_| "the sleeper ended without its callers' addresses".to_owned())?;
+        let mut samples = drain(collector)?.samples;
+        samples.extend(drain(collector)?.samples);
+        let asleep: Vec<&RawSample> = samples
+            .iter()
+            .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
+            .collect();
+        let total = sum(asleep.iter().map(|s| s.count));
+        let right = sum(asleep
+            .iter()
+            .filter(|s| {
+                matches!(&s.user, RawStack::Frames { ips, .. }
+                    if ips.get(1).is_some_and(|ip| expected.contains(ip)))
+            })
+            .map(|s| s.count));
+        let kind = if saved {
+            "a frame pointer saved beside a register"
+        } else {
+            "a frame record"
+        };
+        if total < 150_000 || right != total {
+            let seen: Vec<String> = asleep
+                .iter()
+                .map(|s| match &s.user {
+                    RawStack::Frames { ips, .. } => {
+                        let head: Vec<String> =
+                            ips.iter().take(3).map(|ip| format!("{ip:#x}")).collect();
+                        format!("[{}] {} us", head.join(" "), s.count)
+                    }
+                    other => format!("{other:?} {} us", s.count),
+                })
+                .collect();
+            let range = workload::function_range(
+                "sparkprof_vm_sleep_among_decoys",
+                workload::sparkprof_vm_sleep_among_decoys as *const () as u64,
+            )?;
+            return Err(format!(
+                "past a decoy to {kind}: {right} of {total} us asleep (expected about 200000) \
+                 have one of {expected:x?} after the leaf; stacks seen: {seen:?} (the waiting function \
+                 at {:#x}-{:#x})",
+                range.start, range.end
+            ));
+        }
+        found.push(format!("{right} of {total} us past a decoy to {kind}"));
+    }
+    Ok(found.join("; "))
+}

@@ -181,3 +181,85 @@ pub fn function_range(symbol: &str, runtime: u64) -> Result<Range<u64>, String> 
     }
     Ok(runtime..runtime + found.size())
 }
+
+/// What a data pointer on the stack points to: 8 zero bytes before it, so
+/// it never looks like the end of a call instruction.
+static DECOY_DATA: [u64; 2] = [0, 0];
+
+/// Where a wait among decoys should be seen to come from: the address after
+/// the leaf that the off-CPU walk must find.
+pub struct DecoyWait {
+    pub expected_caller: u64,
+}
+
+/// One nanosleep entered as glibc's waits enter theirs, with no frame
+/// pointer in rbp, over 32 words of stack laid out to mislead the off-CPU
+/// program's search for a frame record:
+/// - at the stack pointer, a decoy: a pointer further up this stack at a
+///   "record" `[0, data]`, followed by a data pointer; every range check
+///   passes (as a heap pointer next to a saved register did in a JVM whose
+///   malloc arena lay within 8 MiB of the thread's stack), but no return
+///   address vouches for it;
+/// - 16 words up, this function's real frame pointer, followed by (`saved`
+///   false) an address that follows a call instruction: a frame record
+///   vouched for by its own return address; or (`saved` true) by a data
+///   pointer, as glibc's `pthread_cond_wait` saves rbp among other
+///   registers: the record it points to (this function's own) vouches.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_sleep_among_decoys(each: Duration, saved: bool) -> DecoyWait {
+    let ts = libc::timespec {
+        tv_sec: each.as_secs() as libc::time_t,
+        tv_nsec: each.subsec_nanos() as libc::c_long,
+    };
+    let data = DECOY_DATA.as_ptr().wrapping_add(1) as u64;
+    let (frame, after_call): (u64, u64);
+    // SAFETY: the block restores rsp and rbp, writes only below the stack
+    // pointer it was given (the compiler keeps no red zone under a block
+    // without `nostack`), and nanosleep reads `ts` only.
+    unsafe {
+        std::arch::asm!(
+            "push rbp",
+            "mov {frame}, rbp",
+            "call 3f",
+            "3: pop {after_call}",
+            "sub rsp, 0x100",
+            "mov ecx, 32",
+            "4: mov qword ptr [rsp + rcx * 8 - 8], 0",
+            "dec ecx",
+            "jnz 4b",
+            "lea rcx, [rsp + 0x40]",
+            "mov [rsp], rcx",
+            "mov [rsp + 0x8], {data}",
+            "mov [rsp + 0x48], {data}",
+            "mov [rsp + 0x80], {frame}",
+            "mov [rsp + 0x88], {after_call}",
+            "test {saved:e}, {saved:e}",
+            "jz 5f",
+            "mov [rsp + 0x88], {data}",
+            "5: xor ebp, ebp",
+            "mov eax, 35",
+            "syscall",
+            "add rsp, 0x100",
+            "pop rbp",
+            frame = out(reg) frame,
+            after_call = out(reg) after_call,
+            data = in(reg) data,
+            saved = in(reg) u32::from(saved),
+            in("rdi") &ts,
+            in("rsi") 0u64,
+            out("rax") _,
+            out("rcx") _,
+            out("r11") _,
+        );
+    }
+    let expected_caller = if saved {
+        // SAFETY: `frame` is this function's frame record (frame pointers
+        // are forced in this build): its second word is our return address.
+        unsafe { std::ptr::read_volatile((frame + 8) as *const u64) }
+    } else {
+        after_call
+    };
+    std::hint::black_box(&ts);
+    DecoyWait { expected_caller }
+}
