@@ -140,15 +140,20 @@ impl HotspotProcess {
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
     /// code cache (not ready until the JVM has initialised it).
     pub fn read(pid: u32) -> Result<Self, HotspotError> {
-        let memory = Memory::new(pid);
+        // The tables' entries and the names they point to lie side by
+        // side in libjvm: read a block at a time, not a field or a 64-byte
+        // piece of a name at a time (some 5,600 reads a JVM otherwise).
+        let mut memory = CachedMemory::new(Memory::new(pid));
         let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid)?)?;
         let layout = HotspotLayout::from_tables(&tables)?;
         let cache = CodeCache::read(&memory, &layout)?;
         let inlining = LineLayout::from_tables(&memory, &tables)
             .and_then(|lines| InliningLayout::from_tables(&tables, lines.unsigned5_excluded))
             .map_err(|err| err.to_string());
+        // What the frames' names are read from is read afresh.
+        memory.clear();
         Ok(Self {
-            memory: CachedMemory::new(memory),
+            memory,
             layout,
             cache,
             inlining,
