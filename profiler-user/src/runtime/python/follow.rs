@@ -171,6 +171,9 @@ impl Runtime for PythonRuntime {
 impl RuntimeFrames for PythonRuntime {
     fn new_drain(&mut self, _: &[EnrichedSample]) {
         self.trampoline_names.clear();
+        for python in self.followed.values_mut() {
+            python.new_drain();
+        }
     }
 
     fn claim(&mut self, process: &Arc<ProcessInfo>, addrs: Vec<u64>) -> Vec<u64> {

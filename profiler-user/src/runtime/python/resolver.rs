@@ -15,7 +15,7 @@ use std::{
 use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
 use tracing::{debug, warn};
 
-use crate::collect::PythonThread;
+use crate::{FastSet, collect::PythonThread};
 
 use super::{
     memory::{self, Memory, ReadMemory as _},
@@ -69,6 +69,9 @@ pub struct PythonProcess {
     pthread_tid_offset: AtomicU32,
     /// Code objects read, by address, with the identity they had.
     codes: HashMap<u64, CodeInfo>,
+    /// Code objects whose identity was checked while naming this drain's
+    /// frames (see [`Self::frame_location`]).
+    checked: FastSet<u64>,
 }
 
 impl fmt::Debug for PythonProcess {
@@ -196,6 +199,7 @@ impl PythonProcess {
                 },
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
                 codes: HashMap::new(),
+                checked: FastSet::default(),
             }));
         }
         match first_error {
@@ -367,17 +371,28 @@ impl PythonProcess {
     /// cached code object is used as is (its memory can no longer be
     /// reused), so the last samples of a process that just exited are
     /// still named.
+    ///
+    /// The identity is checked once per code object and drain: every frame
+    /// of a drain is named at the same moment, so a second read of the
+    /// same header would only tell the same (a busy Python thread's drain
+    /// has the same few code objects in hundreds of frames).
     pub fn frame_location(&mut self, frame: &PythonFrame) -> Result<FrameLocation, PythonError> {
-        let header = match self.reader.read_code_header(frame.code) {
-            Ok(header) => Some(header),
-            Err(e) if e.is_process_gone() && self.codes.contains_key(&frame.code) => None,
-            Err(e) => {
-                self.codes.remove(&frame.code);
-                return Err(e);
+        let header = if self.checked.contains(&frame.code) {
+            None
+        } else {
+            match self.reader.read_code_header(frame.code) {
+                Ok(header) => Some(header),
+                Err(e) if e.is_process_gone() && self.codes.contains_key(&frame.code) => None,
+                Err(e) => {
+                    self.codes.remove(&frame.code);
+                    return Err(e);
+                }
             }
         };
         let offsets = self.offsets;
-        let info = self.code(frame.code, header)?;
+        self.code(frame.code, header)?;
+        self.checked.insert(frame.code);
+        let info = &self.codes[&frame.code];
         Ok(FrameLocation {
             function: info.function.clone(),
             file: info.file.clone(),
@@ -407,6 +422,12 @@ impl PythonProcess {
         self.codes
             .get(&addr)
             .ok_or(PythonError::ProcessGone { pid: self.pid })
+    }
+
+    /// A new drain's frames are to be named: code objects may have been
+    /// freed and their addresses reused since the last.
+    pub fn new_drain(&mut self) {
+        self.checked.clear();
     }
 
     /// Code objects in the cache.
