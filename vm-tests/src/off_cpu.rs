@@ -10,6 +10,14 @@ use crate::{
     workload::{self, Worker},
 };
 
+/// The counts of thread `tid` asleep (off the CPU in state sleep).
+pub fn asleep_of(samples: &[RawSample], tid: u32) -> Vec<&RawSample> {
+    samples
+        .iter()
+        .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
+        .collect()
+}
+
 /// 20 x 50 ms in nanosleep: about 1 s off the CPU, state sleep.
 pub fn check_off_cpu(collector: &mut Collector, _pid: u32) -> Result<String, String> {
     drain(collector)?;
@@ -81,10 +89,7 @@ pub fn check_off_cpu_many_stacks(collector: &mut Collector, _pid: u32) -> Result
     let mut samples = drain(collector)?.samples;
     samples.extend(drain(collector)?.samples);
     let after = collector.stats();
-    let asleep: Vec<&RawSample> = samples
-        .iter()
-        .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
-        .collect();
+    let asleep = asleep_of(&samples, tid);
     let total = sum(asleep.iter().map(|s| s.count));
     let whole: Vec<&Vec<u64>> = asleep
         .iter()
@@ -280,10 +285,7 @@ pub fn check_off_cpu_scan_past_decoys(
             .map_err(|_| "the sleeper ended without its callers' addresses".to_owned())?;
         let mut samples = drain(collector)?.samples;
         samples.extend(drain(collector)?.samples);
-        let asleep: Vec<&RawSample> = samples
-            .iter()
-            .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
-            .collect();
+        let asleep = asleep_of(&samples, tid);
         let total = sum(asleep.iter().map(|s| s.count));
         let right = sum(asleep
             .iter()

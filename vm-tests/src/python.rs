@@ -7,9 +7,7 @@ use std::{
 };
 
 use profiler_common::PythonFrame;
-use sparkprof::collect::{
-    Collector, PythonThread, RawPythonStack, RawSample, SampleKind, off_cpu::OffCpuState,
-};
+use sparkprof::collect::{Collector, PythonThread, RawPythonStack};
 
 use crate::{
     FREQUENCY_HZ, drain, fake_python, on_cpu_samples, sum,
@@ -46,10 +44,7 @@ pub fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<Strin
         frames: case.expected.clone(),
         truncated: case.truncated,
     };
-    let asleep: Vec<&RawSample> = samples
-        .iter()
-        .filter(|s| s.tid == tid && s.kind == SampleKind::OffCpu(OffCpuState::Sleep))
-        .collect();
+    let asleep = crate::off_cpu::asleep_of(&samples, tid);
     let total = sum(asleep.iter().map(|s| s.count));
     let matching = sum(asleep
         .iter()
