@@ -15,7 +15,7 @@ use std::{
 use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
 use tracing::{debug, warn};
 
-use crate::{FastSet, collect::PythonThread};
+use crate::collect::PythonThread;
 
 use super::{
     memory::{self, Memory, ReadMemory as _},
@@ -68,10 +68,16 @@ pub struct PythonProcess {
     /// found ([`PY_NO_OFFSET`] until then).
     pthread_tid_offset: AtomicU32,
     /// Code objects read, by address, with the identity they had.
-    codes: HashMap<u64, CodeInfo>,
-    /// Code objects whose identity was checked while naming this drain's
-    /// frames (see [`Self::frame_location`]).
-    checked: FastSet<u64>,
+    codes: HashMap<u64, CachedCode>,
+    /// Drains whose frames were named ([`Self::new_drain`]).
+    drain: u64,
+}
+
+/// A code object read, and the drain in which its identity was last
+/// checked (see [`PythonProcess::frame_location`]).
+struct CachedCode {
+    info: CodeInfo,
+    checked_in: u64,
 }
 
 impl fmt::Debug for PythonProcess {
@@ -199,7 +205,7 @@ impl PythonProcess {
                 },
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
                 codes: HashMap::new(),
-                checked: FastSet::default(),
+                drain: 0,
             }));
         }
         match first_error {
@@ -377,7 +383,11 @@ impl PythonProcess {
     /// same header would only tell the same (a busy Python thread's drain
     /// has the same few code objects in hundreds of frames).
     pub fn frame_location(&mut self, frame: &PythonFrame) -> Result<FrameLocation, PythonError> {
-        let header = if self.checked.contains(&frame.code) {
+        let checked = self
+            .codes
+            .get(&frame.code)
+            .is_some_and(|cached| cached.checked_in == self.drain);
+        let header = if checked {
             None
         } else {
             match self.reader.read_code_header(frame.code) {
@@ -390,9 +400,10 @@ impl PythonProcess {
             }
         };
         let offsets = self.offsets;
-        self.code(frame.code, header)?;
-        self.checked.insert(frame.code);
-        let info = &self.codes[&frame.code];
+        let drain = self.drain;
+        let cached = self.code(frame.code, header)?;
+        cached.checked_in = drain;
+        let info = &cached.info;
         Ok(FrameLocation {
             function: info.function.clone(),
             file: info.file.clone(),
@@ -402,10 +413,14 @@ impl PythonProcess {
 
     /// The code object at `addr`, from the cache if its identity still
     /// matches `header` (`None`: trust the cache).
-    fn code(&mut self, addr: u64, header: Option<CodeHeader>) -> Result<&CodeInfo, PythonError> {
+    fn code(
+        &mut self,
+        addr: u64,
+        header: Option<CodeHeader>,
+    ) -> Result<&mut CachedCode, PythonError> {
         let fresh = match (header, self.codes.get(&addr)) {
             (None, Some(_)) => false,
-            (Some(header), Some(cached)) => cached.header != header,
+            (Some(header), Some(cached)) => cached.info.header != header,
             (_, None) => true,
         };
         if fresh {
@@ -417,17 +432,24 @@ impl PythonProcess {
                 debug!(pid = self.pid, "python code cache full: starting over");
                 self.codes.clear();
             }
-            self.codes.insert(addr, info);
+            // Checked in no drain yet: the caller marks it.
+            self.codes.insert(
+                addr,
+                CachedCode {
+                    info,
+                    checked_in: u64::MAX,
+                },
+            );
         }
         self.codes
-            .get(&addr)
+            .get_mut(&addr)
             .ok_or(PythonError::ProcessGone { pid: self.pid })
     }
 
     /// A new drain's frames are to be named: code objects may have been
     /// freed and their addresses reused since the last.
     pub fn new_drain(&mut self) {
-        self.checked.clear();
+        self.drain += 1;
     }
 
     /// Code objects in the cache.
