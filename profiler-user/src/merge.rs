@@ -264,9 +264,7 @@ pub fn merge(output: &Path, inputs: &[PathBuf]) -> Result<MergeSummary, MergeErr
                 *summed.entry(stack).or_default() += count;
             }
         }
-        let summed: HashMap<String, u64> =
-            summed.into_iter().map(|(s, c)| (s.to_owned(), c)).collect();
-        let text = folded::render(&summed);
+        let text = folded::render(summed.iter().map(|(s, &c)| (*s, c)));
         let rel = Path::new(path.as_str());
         write(rel, text.as_bytes())?;
         let title = format!("sparkprof merged {}: {path}", file.entry.kind);

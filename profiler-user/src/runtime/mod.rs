@@ -169,10 +169,15 @@ impl RuntimeFrames for Runtimes {
         self.python.resolve();
     }
 
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Vec<Frame>> {
-        self.python
-            .claimed(process, addr, count)
-            .or_else(|| self.jvm.claimed(process, addr, count))
+    fn claimed(
+        &mut self,
+        process: &ProcessInfo,
+        addr: u64,
+        count: u64,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        self.python.claimed(process, addr, count, frames)
+            || self.jvm.claimed(process, addr, count, frames)
     }
 
     fn interpreter_frames(
@@ -190,7 +195,8 @@ impl RuntimeFrames for Runtimes {
         frame: &HotspotFrame,
         leaf: bool,
         count: u64,
-    ) -> Option<Vec<Frame>> {
-        self.jvm.recorded_frames(process, frame, leaf, count)
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        self.jvm.recorded_frames(process, frame, leaf, count, frames)
     }
 }

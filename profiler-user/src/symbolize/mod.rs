@@ -100,11 +100,18 @@ pub trait RuntimeFrames {
     /// name all processes' at once, e.g. asking every JVM for its perf map
     /// in parallel).
     fn resolve(&mut self);
-    /// The frames of an address claimed in this drain (root first: a
-    /// compiled Java method and those inlined into it at that address), in
-    /// a sample of `count` (0 for off-CPU time: statistics count on-CPU
-    /// samples).
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Vec<Frame>>;
+    /// Appends to `frames` the frames of an address claimed in this drain
+    /// (root first: a compiled Java method and those inlined into it at
+    /// that address), in a sample of `count` (0 for off-CPU time:
+    /// statistics count on-CPU samples); `false` if it was not claimed.
+    /// (Appended, not returned: this runs for every frame of every sample.)
+    fn claimed(
+        &mut self,
+        process: &ProcessInfo,
+        addr: u64,
+        count: u64,
+        frames: &mut Vec<Frame>,
+    ) -> bool;
     /// A sample's user frames (root first) with the interpreter frames the
     /// kernel recorded for it (`stack`) named and put in their place.
     fn interpreter_frames(
@@ -113,17 +120,19 @@ pub trait RuntimeFrames {
         stack: &RawPythonStack,
         native: Vec<Frame>,
     ) -> Vec<Frame>;
-    /// The frames a runtime's own record in a kernel-walked stack stands
-    /// for, root first (a Java frame of a JVM stack, with the methods
-    /// inlined into it); `None` for a native frame, which is named like
-    /// any other user address. `leaf`: the stack's first frame.
+    /// Appends to `frames` the frames a runtime's own record in a
+    /// kernel-walked stack stands for, root first (a Java frame of a JVM
+    /// stack, with the methods inlined into it); `false` for a native
+    /// frame, which is named like any other user address. `leaf`: the
+    /// stack's first frame.
     fn recorded_frames(
         &mut self,
         process: &ProcessInfo,
         frame: &HotspotFrame,
         leaf: bool,
         count: u64,
-    ) -> Option<Vec<Frame>>;
+        frames: &mut Vec<Frame>,
+    ) -> bool;
 }
 
 /// The symbolize stage and its caches.
@@ -247,9 +256,7 @@ impl Symbolizer {
         match user {
             RawStack::Frames { ips, truncated } => {
                 let lookups: Vec<Option<u64>> = lookup_addresses(ips).map(Some).collect();
-                frames = self.user_frames(process, &lookups, *truncated, count, runtime, |_, _| {
-                    Vec::new()
-                });
+                frames = self.user_frames(process, &lookups, *truncated, count, runtime, |_, _, _| {});
             }
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
             RawStack::Absent => {}
@@ -288,7 +295,7 @@ impl Symbolizer {
     /// frames, leaf first), root first: native frames as in any user
     /// stack, Java frames as the runtime names them.
     fn hotspot_frames(
-        &mut self,
+        &self,
         process: &ProcessInfo,
         stack: &RawHotspotStack,
         count: u64,
@@ -306,10 +313,11 @@ impl Symbolizer {
             stack.truncated,
             count,
             runtime,
-            |runtime, index| {
-                runtime
-                    .recorded_frames(process, &stack.frames[index], index == 0, count)
-                    .unwrap_or_else(|| vec![Frame::new("[unknown]", FrameKind::Jit)])
+            |runtime, index, frames| {
+                let frame = &stack.frames[index];
+                if !runtime.recorded_frames(process, frame, index == 0, count, frames) {
+                    frames.push(Frame::new("[unknown]", FrameKind::Jit));
+                }
             },
         )
     }
@@ -325,17 +333,18 @@ impl Symbolizer {
     /// garbage frame in the middle, which the frame-record scan of off-CPU
     /// walks can step over, just goes.)
     fn user_frames(
-        &mut self,
+        &self,
         process: &ProcessInfo,
         lookups: &[Option<u64>],
         truncated: bool,
         count: u64,
         runtime: &mut dyn RuntimeFrames,
-        mut recorded: impl FnMut(&mut dyn RuntimeFrames, usize) -> Vec<Frame>,
+        mut recorded: impl FnMut(&mut dyn RuntimeFrames, usize, &mut Vec<Frame>),
     ) -> Vec<Frame> {
+        let native = self.native.process(process);
         let is_code: Vec<bool> = lookups
             .iter()
-            .map(|lookup| lookup.is_none_or(|addr| self.native.is_code(process, addr)))
+            .map(|lookup| lookup.is_none_or(|addr| native.is_code(addr)))
             .collect();
         let end = is_code
             .iter()
@@ -350,29 +359,18 @@ impl Symbolizer {
         for index in (0..end).rev() {
             match lookups[index] {
                 Some(addr) if is_code[index] => {
-                    frames.extend(self.user_frame(process, addr, count, runtime));
+                    if !runtime.claimed(process, addr, count, &mut frames) {
+                        frames.push(Frame {
+                            name: native.name(addr),
+                            kind: FrameKind::User,
+                        });
+                    }
                 }
                 Some(_) => {}
-                None => frames.extend(recorded(runtime, index)),
+                None => recorded(runtime, index, &mut frames),
             }
         }
         frames
-    }
-
-    fn user_frame(
-        &mut self,
-        process: &ProcessInfo,
-        addr: u64,
-        count: u64,
-        runtime: &mut dyn RuntimeFrames,
-    ) -> Vec<Frame> {
-        if let Some(frames) = runtime.claimed(process, addr, count) {
-            return frames;
-        }
-        vec![Frame {
-            name: self.native.name(process, addr),
-            kind: FrameKind::User,
-        }]
     }
 }
 

@@ -217,21 +217,25 @@ impl NativeSymbolizer {
         }
     }
 
-    /// Whether `addr` is in an executable mapping of `process` (as last
-    /// read by [`Self::resolve`]); `true` when its mappings are unknown.
+    /// What is known of `process`'s addresses, looked up once for all the
+    /// frames of a stack.
+    pub fn process(&self, process: &ProcessInfo) -> ProcessNames<'_> {
+        let key = Self::key(process);
+        ProcessNames {
+            maps: self.maps.get(&key),
+            names: self.names.get(&key),
+        }
+    }
+
+    /// Whether `addr` is in an executable mapping of `process` (see
+    /// [`ProcessNames::is_code`]).
     pub fn is_code(&self, process: &ProcessInfo, addr: u64) -> bool {
-        self.maps
-            .get(&Self::key(process))
-            .is_none_or(|known| known.covers(addr))
+        self.process(process).is_code(addr)
     }
 
     /// The name of a resolved address.
     pub fn name(&self, process: &ProcessInfo, addr: u64) -> Arc<str> {
-        self.names
-            .get(&Self::key(process))
-            .and_then(|names| names.get(&addr))
-            .cloned()
-            .unwrap_or_else(|| "[unknown]".into())
+        self.process(process).name(addr)
     }
 
     pub fn held(&self, held: &mut crate::sys::held::Held) {
@@ -258,6 +262,29 @@ impl NativeSymbolizer {
         if let Err(err) = self.symbolizer.evict(&evict) {
             debug!(pid = process.pid, "evict failed: {err}");
         }
+    }
+}
+
+/// One process's resolved addresses.
+pub struct ProcessNames<'a> {
+    maps: Option<&'a KnownMaps>,
+    names: Option<&'a FastMap<u64, Arc<str>>>,
+}
+
+impl ProcessNames<'_> {
+    /// Whether `addr` is in an executable mapping of the process (as last
+    /// read by [`NativeSymbolizer::resolve`]); `true` when its mappings are
+    /// unknown.
+    pub fn is_code(&self, addr: u64) -> bool {
+        self.maps.is_none_or(|known| known.covers(addr))
+    }
+
+    /// The name of a resolved address.
+    pub fn name(&self, addr: u64) -> Arc<str> {
+        self.names
+            .and_then(|names| names.get(&addr))
+            .cloned()
+            .unwrap_or_else(|| "[unknown]".into())
     }
 }
 

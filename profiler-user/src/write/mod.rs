@@ -54,6 +54,7 @@ pub mod pprof;
 pub mod table;
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     io,
     path::{Path, PathBuf},
@@ -327,6 +328,14 @@ impl OutputFile {
         self.dirty = true;
     }
 
+    /// A sample of a wall-clock file's group came in: its stacks are
+    /// derived from the group's on- and off-CPU files when it is written
+    /// ([`wall_lines`]), not kept twice.
+    fn touch(&mut self, start: SystemTime, end: SystemTime) {
+        self.entry.extend_time(start, end);
+        self.dirty = true;
+    }
+
     /// Sums a short-lived process's file into its program's, under the
     /// program's process frame.
     fn absorb(&mut self, other: OutputFile, root: &str) {
@@ -507,16 +516,9 @@ impl Writer {
             _ => sample.thread_name.clone(),
         };
         let line = folded::stack_line(sample, &thread);
-        if let Some(us_per_sample) = self.options.wall_us_per_sample {
-            let (wall_line, micros) = match sample.kind {
-                SampleKind::OnCpu => (
-                    format!("{line};{ON_CPU_FRAME}"),
-                    (sample.count as f64 * us_per_sample).round() as u64,
-                ),
-                SampleKind::OffCpu(_) => (line.clone(), sample.count),
-            };
+        if self.options.wall_us_per_sample.is_some() {
             self.file(ProfileKind::Wall, &group, &sample.process, start)
-                .add(wall_line, micros, start, end);
+                .touch(start, end);
         }
         self.file(ProfileKind::of(sample.kind), &group, &sample.process, start)
             .add(line, sample.count, start, end);
@@ -596,11 +598,27 @@ impl Writer {
             .filter(|key| !self.shown(key) || self.waits(&key.1))
             .cloned()
             .collect();
+        // The wall-clock files to write, drawn from their groups' on- and
+        // off-CPU files before those are borrowed for writing.
+        let mut walls: HashMap<(ProfileKind, Group), (String, u64)> = HashMap::new();
+        for (key, file) in &self.files {
+            if key.0 == ProfileKind::Wall && file.dirty && !hidden.contains(key) {
+                let lines = self.wall_lines(&key.1);
+                let micros = lines.iter().map(|(_, n)| n).sum();
+                walls.insert(key.clone(), (folded::render(lines), micros));
+            }
+        }
         for (key, file) in &mut self.files {
             if !file.dirty || hidden.contains(key) {
                 continue;
             }
-            let text = folded::render(&file.stacks);
+            let text = match walls.remove(key) {
+                Some((text, micros)) => {
+                    file.entry.samples = micros;
+                    text
+                }
+                None => folded::render(file.stacks.iter().map(|(line, &n)| (line.as_str(), n))),
+            };
             let svg_rel = file.rel_path.with_extension("svg");
             let twin_rel = pprof::twin_path(&file.rel_path);
             let labels =
@@ -651,12 +669,16 @@ impl Writer {
                     header.sample_period_ns(),
                     &file.entry,
                 );
-                table.add(
-                    &labels,
-                    file.stacks
-                        .iter()
-                        .map(|(stack, &count)| (stack.as_str(), count)),
-                );
+                if key.0 == ProfileKind::Wall {
+                    table.add(&labels, self.wall_lines(&key.1));
+                } else {
+                    table.add(
+                        &labels,
+                        file.stacks
+                            .iter()
+                            .map(|(stack, &count)| (Cow::Borrowed(stack.as_str()), count)),
+                    );
+                }
             }
         }
         let table_rel = PathBuf::from(table::SAMPLES_TABLE);
@@ -687,6 +709,30 @@ impl Writer {
 }
 
 impl Writer {
+    /// The lines of a group's wall-clock file: its on-CPU stacks as the
+    /// time they stand for (one sampling period per sample, rounded per
+    /// line) under an [`ON_CPU_FRAME`] leaf, and its off-CPU stacks as
+    /// they are. The two never share a line: every off-CPU stack ends in
+    /// the frame that says how the thread waited.
+    fn wall_lines(&self, group: &Group) -> Vec<(Cow<'_, str>, u64)> {
+        let us_per_sample = self.options.wall_us_per_sample.unwrap_or(0.0);
+        let stacks = |kind| {
+            self.files
+                .get(&(kind, group.clone()))
+                .into_iter()
+                .flat_map(|file| file.stacks.iter())
+        };
+        let on_cpu = stacks(ProfileKind::Cpu).map(|(line, &count)| {
+            (
+                Cow::Owned(format!("{line};{ON_CPU_FRAME}")),
+                (count as f64 * us_per_sample).round() as u64,
+            )
+        });
+        let off_cpu =
+            stacks(ProfileKind::Offcpu).map(|(line, &micros)| (Cow::Borrowed(line.as_str()), micros));
+        on_cpu.chain(off_cpu).collect()
+    }
+
     /// The folded files and on-CPU samples that the last `index.json`
     /// written lists: what a summary of the recording must say.
     pub fn index_totals(&self) -> (usize, u64) {

@@ -112,9 +112,13 @@ fn micros(time: Option<std::time::SystemTime>) -> Option<i64> {
 
 impl SamplesTable {
     /// Adds a row per (stack, count) line of a folded file.
-    pub fn add<'a>(&mut self, file: &FileLabels, lines: impl IntoIterator<Item = (&'a str, u64)>) {
+    pub fn add<S: AsRef<str>>(
+        &mut self,
+        file: &FileLabels,
+        lines: impl IntoIterator<Item = (S, u64)>,
+    ) {
         for (stack, count) in lines {
-            let frames = labels::frames(stack);
+            let frames = labels::frames(stack.as_ref());
             self.host.append_value(&file.host);
             self.start.append_option(micros(file.start));
             self.end.append_option(micros(file.end));

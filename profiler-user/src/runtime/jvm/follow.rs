@@ -309,10 +309,16 @@ impl RuntimeFrames for JvmRuntime {
         self.jit.resolve(&self.batches, self.final_pass);
     }
 
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, count: u64) -> Option<Vec<Frame>> {
+    fn claimed(
+        &mut self,
+        process: &ProcessInfo,
+        addr: u64,
+        count: u64,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
         if self.walked_addrs.contains(&(process.pid, addr)) {
             let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
-                return None;
+                return false;
             };
             let methods = match walked.name_address(addr) {
                 RecordedName::NotJava => None,
@@ -322,19 +328,21 @@ impl RuntimeFrames for JvmRuntime {
             if count > 0 {
                 self.jit.count_walked_frame(methods.is_some(), count);
             }
-            return Some(java_frames(methods.as_deref()));
+            java_frames(methods.as_deref(), frames);
+            return true;
         }
         if !self.jit_addrs.contains(&(process.pid, addr)) {
-            return None;
+            return false;
         }
         let name = self.jit.name(process, addr);
         if count > 0 {
             self.jit.count_frame(name.is_some(), count);
         }
-        Some(vec![Frame {
+        frames.push(Frame {
             name: name.unwrap_or_else(|| "[unknown]".into()),
             kind: FrameKind::Jit,
-        }])
+        });
+        true
     }
 
     fn interpreter_frames(&mut self, _: u32, _: &RawPythonStack, native: Vec<Frame>) -> Vec<Frame> {
@@ -349,37 +357,36 @@ impl RuntimeFrames for JvmRuntime {
         frame: &HotspotFrame,
         leaf: bool,
         count: u64,
-    ) -> Option<Vec<Frame>> {
+        frames: &mut Vec<Frame>,
+    ) -> bool {
         let Some(Walker::Walked(walked)) = self.walkers.get_mut(&process.pid) else {
-            return None;
+            return false;
         };
         let methods = match walked.name(frame, leaf) {
-            RecordedName::NotJava => return None,
+            RecordedName::NotJava => return false,
             RecordedName::Java(methods) => Some(methods),
             RecordedName::Unknown => None,
         };
         if count > 0 {
             self.jit.count_walked_frame(methods.is_some(), count);
         }
-        Some(java_frames(methods.as_deref()))
+        java_frames(methods.as_deref(), frames);
+        true
     }
 }
 
-/// The frames of a Java frame's methods, root first; `[unknown]` when they
-/// could not be read.
-fn java_frames(methods: Option<&[JavaMethod]>) -> Vec<Frame> {
+/// Appends the frames of a Java frame's methods, root first; `[unknown]`
+/// when they could not be read.
+fn java_frames(methods: Option<&[JavaMethod]>, frames: &mut Vec<Frame>) {
     match methods {
-        Some(methods) => methods
-            .iter()
-            .map(|method| Frame {
-                name: method.name.clone(),
-                kind: if method.inlined {
-                    FrameKind::Inlined
-                } else {
-                    FrameKind::Jit
-                },
-            })
-            .collect(),
-        None => vec![Frame::new("[unknown]", FrameKind::Jit)],
+        Some(methods) => frames.extend(methods.iter().map(|method| Frame {
+            name: method.name.clone(),
+            kind: if method.inlined {
+                FrameKind::Inlined
+            } else {
+                FrameKind::Jit
+            },
+        })),
+        None => frames.push(Frame::new("[unknown]", FrameKind::Jit)),
     }
 }

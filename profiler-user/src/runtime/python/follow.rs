@@ -187,13 +187,21 @@ impl RuntimeFrames for PythonRuntime {
     /// Trampolines were named in [`Self::claim`].
     fn resolve(&mut self) {}
 
-    fn claimed(&mut self, process: &ProcessInfo, addr: u64, _: u64) -> Option<Vec<Frame>> {
-        self.trampoline_names.get(&(process.pid, addr)).map(|name| {
-            vec![Frame {
-                name: name.clone(),
-                kind: FrameKind::Jit,
-            }]
-        })
+    fn claimed(
+        &mut self,
+        process: &ProcessInfo,
+        addr: u64,
+        _: u64,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        let Some(name) = self.trampoline_names.get(&(process.pid, addr)) else {
+            return false;
+        };
+        frames.push(Frame {
+            name: name.clone(),
+            kind: FrameKind::Jit,
+        });
+        true
     }
 
     fn interpreter_frames(
@@ -212,8 +220,9 @@ impl RuntimeFrames for PythonRuntime {
         _: &profiler_common::HotspotFrame,
         _: bool,
         _: u64,
-    ) -> Option<Vec<Frame>> {
-        None
+        _: &mut Vec<Frame>,
+    ) -> bool {
+        false
     }
 }
 
