@@ -197,6 +197,7 @@ impl RuntimeFrames for Runtimes {
         count: u64,
         frames: &mut Vec<Frame>,
     ) -> bool {
-        self.jvm.recorded_frames(process, frame, leaf, count, frames)
+        self.jvm
+            .recorded_frames(process, frame, leaf, count, frames)
     }
 }

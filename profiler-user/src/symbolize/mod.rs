@@ -256,7 +256,8 @@ impl Symbolizer {
         match user {
             RawStack::Frames { ips, truncated } => {
                 let lookups: Vec<Option<u64>> = lookup_addresses(ips).map(Some).collect();
-                frames = self.user_frames(process, &lookups, *truncated, count, runtime, |_, _, _| {});
+                frames =
+                    self.user_frames(process, &lookups, *truncated, count, runtime, |_, _, _| {});
             }
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
             RawStack::Absent => {}

@@ -20,7 +20,6 @@
 //! again (a third of sparkprof's CPU while a job ran).
 
 use std::{
-    collections::{HashMap, HashSet},
     os::unix::fs::MetadataExt,
     sync::Arc,
     time::{Duration, Instant},
@@ -37,7 +36,7 @@ use tracing::debug;
 
 use super::proc_maps::ProcMaps;
 use crate::{
-    FastMap,
+    FastMap, FastSet,
     enrich::ProcessInfo,
     sys::proc::{self, FileId},
 };
@@ -53,6 +52,23 @@ pub struct NativeSymbolizer {
     /// ELF symbol names by file and offset in it (`None`: no symbol
     /// there), for every process that maps the file.
     files: FastMap<(FileId, u64), Option<Arc<str>>>,
+    /// The functions found in each file, by their offsets in it: every
+    /// other address inside one is named without blazesym. Off-CPU time
+    /// of preempted threads and JVM code sampled while it warms up bring
+    /// new addresses at every drain, mostly inside the same functions.
+    functions: FastMap<FileId, FunctionRanges>,
+}
+
+/// Functions of one file: start offset -> (end offset, name).
+type FunctionRanges = std::collections::BTreeMap<u64, (u64, Arc<str>)>;
+
+/// The function of a file that holds `offset`, if one was found there.
+fn function_at(
+    functions: &FastMap<FileId, FunctionRanges>,
+    (file, offset): (FileId, u64),
+) -> Option<Arc<str>> {
+    let (_, (end, name)) = functions.get(&file)?.range(..=offset).next_back()?;
+    (offset < *end).then(|| name.clone())
 }
 
 /// Names kept by file, then started over.
@@ -69,10 +85,10 @@ struct KnownMaps {
     read_at: Instant,
     /// Addresses outside every mapping at the last read: not resolved
     /// again until the mappings are read again.
-    not_code: HashSet<u64>,
+    not_code: FastSet<u64>,
     /// The file of each file-backed mapping looked at, by its start
     /// (`None`: anonymous, or its file could not be looked at).
-    files: HashMap<u64, Option<FileId>>,
+    files: FastMap<u64, Option<FileId>>,
 }
 
 impl KnownMaps {
@@ -80,8 +96,8 @@ impl KnownMaps {
         Self {
             maps: ProcMaps::read(pid).ok(),
             read_at: Instant::now(),
-            not_code: HashSet::new(),
-            files: HashMap::new(),
+            not_code: FastSet::default(),
+            files: FastMap::default(),
         }
     }
 
@@ -120,6 +136,7 @@ impl NativeSymbolizer {
             names: FastMap::default(),
             maps: FastMap::default(),
             files: FastMap::default(),
+            functions: FastMap::default(),
         }
     }
 
@@ -177,7 +194,10 @@ impl NativeSymbolizer {
             let in_file = known.file_offset(process.pid, addr);
             match in_file.and_then(|in_file| self.files.get(&in_file)) {
                 Some(name) => found.push((addr, name.clone())),
-                None => todo.push((addr, in_file)),
+                None => match in_file.and_then(|in_file| function_at(&self.functions, in_file)) {
+                    Some(name) => found.push((addr, Some(name))),
+                    None => todo.push((addr, in_file)),
+                },
             }
         }
         if !todo.is_empty() {
@@ -189,20 +209,28 @@ impl NativeSymbolizer {
             source.perf_map = false;
             source.map_files = true;
             let source = Source::Process(source);
-            let results: Vec<Option<Arc<str>>> =
+            let results: Vec<SymName> =
                 match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
                     Ok(results) => results.iter().map(sym_name).collect(),
                     Err(err) => {
                         debug!(pid = process.pid, "symbolization failed: {err}");
-                        vec![None; addrs.len()]
+                        vec![(None, None); addrs.len()]
                     }
                 };
             if self.files.len() + results.len() > MAX_FILE_NAMES {
                 self.files.clear();
+                self.functions.clear();
             }
-            for ((addr, in_file), name) in todo.into_iter().zip(results) {
+            for ((addr, in_file), (name, extent)) in todo.into_iter().zip(results) {
                 if let Some(in_file) = in_file {
                     self.files.insert(in_file, name.clone());
+                    if let (Some(name), Some((offset, size))) = (&name, extent) {
+                        let start = in_file.1.saturating_sub(offset as u64);
+                        self.functions
+                            .entry(in_file.0)
+                            .or_default()
+                            .insert(start, (start + size as u64, name.clone()));
+                    }
                 }
                 found.push((addr, name));
             }
@@ -247,6 +275,10 @@ impl NativeSymbolizer {
         held.add("symbolize.native_maps", self.maps.len());
         held.add("symbolize.native_file_names", self.files.len());
         held.add(
+            "symbolize.native_functions",
+            self.functions.values().map(|ranges| ranges.len()).sum(),
+        );
+        held.add(
             "symbolize.native_not_code",
             self.maps.values().map(|known| known.not_code.len()).sum(),
         );
@@ -288,10 +320,19 @@ impl ProcessNames<'_> {
     }
 }
 
-fn sym_name(result: &Symbolized<'_>) -> Option<Arc<str>> {
+/// A symbol's name and, when its size is known, where the address lies in
+/// it and how long it is.
+type SymName = (Option<Arc<str>>, Option<(usize, usize)>);
+
+fn sym_name(result: &Symbolized<'_>) -> SymName {
     match result {
-        Symbolized::Sym(sym) => Some(sym.name.as_ref().into()),
-        Symbolized::Unknown(_) => None,
+        Symbolized::Sym(sym) => (
+            Some(sym.name.as_ref().into()),
+            sym.size
+                .filter(|&size| sym.offset < size)
+                .map(|size| (sym.offset, size)),
+        ),
+        Symbolized::Unknown(_) => (None, None),
     }
 }
 
@@ -355,5 +396,29 @@ mod tests {
         };
         symbolizer.resolve(&other, &[function]);
         assert_eq!(&*symbolizer.name(&other, function), "kept for the file");
+
+        // The function found is kept with its extent: another address in
+        // it is named from there, without blazesym (shown again by a name
+        // only that cache holds, over the next 16 bytes).
+        assert_eq!(
+            function_at(&symbolizer.functions, (file, offset)).as_deref(),
+            Some("sparkprof_native_test_function")
+        );
+        symbolizer
+            .functions
+            .get_mut(&file)
+            .unwrap()
+            .insert(offset + 1, (offset + 17, "a known function".into()));
+        let third = ProcessInfo {
+            start_ticks: 3,
+            ..other
+        };
+        symbolizer.resolve(&third, &[function + 8]);
+        assert_eq!(&*symbolizer.name(&third, function + 8), "a known function");
+        // Past its end, the file's symbols are read.
+        assert_eq!(
+            function_at(&symbolizer.functions, (file, offset + 17)),
+            None
+        );
     }
 }

@@ -26,17 +26,21 @@ fn push_sanitized(line: &mut String, name: &str) {
     }));
 }
 
-/// Whether `name` holds a byte [`sanitize`] changes. Checked in blocks
-/// without an early exit inside one, which the compiler turns into vector
-/// compares: a byte-at-a-time search with an early exit was the most
-/// expensive single function of sparkprof over a Spark job (7.5 % of its
-/// CPU with `--off-cpu`: C++ and Java names are long, a stack has dozens).
+/// Whether `name` holds a byte [`sanitize`] changes. Whole 32-byte blocks
+/// are checked without a branch per byte, which the compiler turns into
+/// vector compares: the byte-at-a-time search with an early exit was the
+/// most expensive single function of sparkprof over a Spark job (7.5 % of
+/// its CPU with `--off-cpu`: C++ and Java names are long, a stack has
+/// dozens). On a 170-byte C++ name: 198 ns before, 21 ns this way.
 fn needs_sanitizing(name: &str) -> bool {
-    name.as_bytes().chunks(32).any(|block| {
-        block.iter().fold(false, |found, &b| {
-            found | (b == b';') | (b == b'\n') | (b == b'\r') | (b == b'\t')
-        })
-    })
+    // As a byte, not a bool: a fold of bools is not vectorized as well
+    // (53 ns on the same name).
+    let unsafe_byte = |b: u8| u8::from((b == b';') | (b == b'\n') | (b == b'\r') | (b == b'\t'));
+    let (blocks, rest) = name.as_bytes().as_chunks::<32>();
+    blocks
+        .iter()
+        .any(|block| block.iter().fold(0, |found, &b| found | unsafe_byte(b)) != 0)
+        || rest.iter().any(|&b| unsafe_byte(b) != 0)
 }
 
 /// A process or file name reduced to `[A-Za-z0-9._-]` for use in a path.
@@ -63,7 +67,11 @@ pub fn file_stem(name: &str) -> String {
 /// (as `thread` names it), then frames root first, kernel frames suffixed
 /// `_[k]`, JIT frames `_[j]`.
 pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
-    let mut line = String::with_capacity(64 + sample.frames.len() * 32);
+    // Sized once: a line of C++ and Java names outgrew a guess several
+    // times over, and every growth copies it.
+    let frames_len: usize = sample.frames.iter().map(|f| f.name.len() + 5).sum();
+    let mut line =
+        String::with_capacity(sample.process.name.len() + thread.len() + 16 + frames_len);
     push_sanitized(&mut line, &sample.process.name);
     let _ = write!(line, " [{}];", sample.process.pid);
     push_sanitized(&mut line, thread);

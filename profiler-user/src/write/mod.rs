@@ -728,8 +728,8 @@ impl Writer {
                 (count as f64 * us_per_sample).round() as u64,
             )
         });
-        let off_cpu =
-            stacks(ProfileKind::Offcpu).map(|(line, &micros)| (Cow::Borrowed(line.as_str()), micros));
+        let off_cpu = stacks(ProfileKind::Offcpu)
+            .map(|(line, &micros)| (Cow::Borrowed(line.as_str()), micros));
         on_cpu.chain(off_cpu).collect()
     }
 
