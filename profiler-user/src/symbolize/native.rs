@@ -352,6 +352,73 @@ mod tests {
     #[unsafe(no_mangle)]
     pub static SPARKPROF_NATIVE_TEST_DATA: [u64; 64] = [1; 64];
 
+    /// Every fourth address of 256 KiB of this test binary's code, named
+    /// in batches as drains bring them (later ones mostly from the
+    /// functions earlier ones found), is named as blazesym alone names it.
+    #[test]
+    fn names_from_function_ranges_are_blazesyms() {
+        let process = ProcessInfo {
+            pid: std::process::id(),
+            start_ticks: 1,
+            name: "test".into(),
+            kernel_thread: false,
+            runtime: Runtime::Native,
+            spark: SparkProcess::other(),
+        };
+        let around = sparkprof_native_test_function as *const () as u64;
+        let addrs: Vec<u64> = (0..65_536u64)
+            .map(|i| (around & !0xffff) - 0x10000 + i * 4)
+            .collect();
+        // Drains bring addresses from all over the code: the batches take
+        // them in a scattered order (a stride prime to their number).
+        let scattered: Vec<u64> = (0..addrs.len())
+            .map(|i| addrs[i * 7_919 % addrs.len()])
+            .collect();
+        let mut symbolizer = NativeSymbolizer::new();
+        for batch in scattered.chunks(256) {
+            symbolizer.resolve(&process, batch);
+        }
+        let code: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|&addr| symbolizer.is_code(&process, addr))
+            .collect();
+        assert!(code.len() > 60_000, "{} addresses in code", code.len());
+        // Most were named from a function found before, not by blazesym.
+        assert!(
+            symbolizer.files.len() * 4 < code.len(),
+            "{} of {} addresses went to blazesym",
+            symbolizer.files.len(),
+            code.len()
+        );
+
+        let mut source = Process::new(Pid::from(process.pid));
+        source.debug_syms = false;
+        source.perf_map = false;
+        let blazesym = Symbolizer::new();
+        let alone = blazesym
+            .symbolize(&Source::Process(source), Input::AbsAddr(&code))
+            .unwrap();
+        let maps = ProcMaps::read(process.pid).unwrap();
+        let mut named = 0;
+        for (&addr, result) in code.iter().zip(&alone) {
+            let expected: Arc<str> = match sym_name(result).0 {
+                Some(name) => {
+                    named += 1;
+                    name
+                }
+                None => maps.describe(addr).into(),
+            };
+            assert_eq!(symbolizer.name(&process, addr), expected, "at {addr:#x}");
+        }
+        eprintln!(
+            "{} addresses in code, {} named by blazesym, {named} in a symbol",
+            code.len(),
+            symbolizer.files.len()
+        );
+        assert!(named > code.len() / 2, "only {named} named");
+    }
+
     /// This process's own code is named; an address in its data (what a
     /// walk through code without frame pointers reads) is not code and is
     /// never named after the data symbol there.
