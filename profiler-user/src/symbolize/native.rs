@@ -352,19 +352,24 @@ mod tests {
     #[unsafe(no_mangle)]
     pub static SPARKPROF_NATIVE_TEST_DATA: [u64; 64] = [1; 64];
 
-    /// Every fourth address of 256 KiB of this test binary's code, named
-    /// in batches as drains bring them (later ones mostly from the
-    /// functions earlier ones found), is named as blazesym alone names it.
-    #[test]
-    fn names_from_function_ranges_are_blazesyms() {
-        let process = ProcessInfo {
+    /// This test process, as enrich would describe it.
+    fn this_process() -> ProcessInfo {
+        ProcessInfo {
             pid: std::process::id(),
             start_ticks: 1,
             name: "test".into(),
             kernel_thread: false,
             runtime: Runtime::Native,
             spark: SparkProcess::other(),
-        };
+        }
+    }
+
+    /// Every fourth address of 256 KiB of this test binary's code, named
+    /// in batches as drains bring them (later ones mostly from the
+    /// functions earlier ones found), is named as blazesym alone names it.
+    #[test]
+    fn names_from_function_ranges_are_blazesyms() {
+        let process = this_process();
         let around = sparkprof_native_test_function as *const () as u64;
         let addrs: Vec<u64> = (0..65_536u64)
             .map(|i| (around & !0xffff) - 0x10000 + i * 4)
@@ -424,14 +429,7 @@ mod tests {
     /// never named after the data symbol there.
     #[test]
     fn names_code_and_never_data() {
-        let process = ProcessInfo {
-            pid: std::process::id(),
-            start_ticks: 1,
-            name: "test".into(),
-            kernel_thread: false,
-            runtime: Runtime::Native,
-            spark: SparkProcess::other(),
-        };
+        let process = this_process();
         let function = sparkprof_native_test_function as *const () as u64 + 1;
         let data = std::hint::black_box(&SPARKPROF_NATIVE_TEST_DATA) as *const _ as u64 + 8;
         let mut symbolizer = NativeSymbolizer::new();
