@@ -255,17 +255,6 @@ impl NativeSymbolizer {
         }
     }
 
-    /// Whether `addr` is in an executable mapping of `process` (see
-    /// [`ProcessNames::is_code`]).
-    pub fn is_code(&self, process: &ProcessInfo, addr: u64) -> bool {
-        self.process(process).is_code(addr)
-    }
-
-    /// The name of a resolved address.
-    pub fn name(&self, process: &ProcessInfo, addr: u64) -> Arc<str> {
-        self.process(process).name(addr)
-    }
-
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("symbolize.native_processes", self.names.len());
         held.add(
@@ -386,7 +375,7 @@ mod tests {
         let code: Vec<u64> = addrs
             .iter()
             .copied()
-            .filter(|&addr| symbolizer.is_code(&process, addr))
+            .filter(|&addr| symbolizer.process(&process).is_code(addr))
             .collect();
         assert!(code.len() > 60_000, "{} addresses in code", code.len());
         // Most were named from a function found before, not by blazesym.
@@ -414,7 +403,11 @@ mod tests {
                 }
                 None => maps.describe(addr).into(),
             };
-            assert_eq!(symbolizer.name(&process, addr), expected, "at {addr:#x}");
+            assert_eq!(
+                symbolizer.process(&process).name(addr),
+                expected,
+                "at {addr:#x}"
+            );
         }
         eprintln!(
             "{} addresses in code, {} named by blazesym, {named} in a symbol",
@@ -434,13 +427,13 @@ mod tests {
         let data = std::hint::black_box(&SPARKPROF_NATIVE_TEST_DATA) as *const _ as u64 + 8;
         let mut symbolizer = NativeSymbolizer::new();
         symbolizer.resolve(&process, &[function, data]);
-        assert!(symbolizer.is_code(&process, function));
+        assert!(symbolizer.process(&process).is_code(function));
         assert_eq!(
-            &*symbolizer.name(&process, function),
+            &*symbolizer.process(&process).name(function),
             "sparkprof_native_test_function"
         );
-        assert!(!symbolizer.is_code(&process, data));
-        let named = symbolizer.name(&process, data);
+        assert!(!symbolizer.process(&process).is_code(data));
+        let named = symbolizer.process(&process).name(data);
         assert!(!named.contains("SPARKPROF_NATIVE_TEST_DATA"), "{named}");
         assert_eq!(&*named, "[unknown]");
 
@@ -460,7 +453,10 @@ mod tests {
             ..process
         };
         symbolizer.resolve(&other, &[function]);
-        assert_eq!(&*symbolizer.name(&other, function), "kept for the file");
+        assert_eq!(
+            &*symbolizer.process(&other).name(function),
+            "kept for the file"
+        );
 
         // The function found is kept with its extent: another address in
         // it is named from there, without blazesym (shown again by a name
@@ -479,7 +475,10 @@ mod tests {
             ..other
         };
         symbolizer.resolve(&third, &[function + 8]);
-        assert_eq!(&*symbolizer.name(&third, function + 8), "a known function");
+        assert_eq!(
+            &*symbolizer.process(&third).name(function + 8),
+            "a known function"
+        );
         // Past its end, the file's symbols are read.
         assert_eq!(
             function_at(&symbolizer.functions, (file, offset + 17)),
