@@ -14,12 +14,13 @@
 //!   `executor_id`, `stage_id`, `task` (stage files split per task),
 //!   `pid`, `process`, `role`, `thread`, `kind`.
 
-use std::{collections::HashMap, io::Write as _, time::UNIX_EPOCH};
+use std::{io::Write as _, time::UNIX_EPOCH};
 
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 
 use super::labels::{self, FileLabels};
+use crate::FastMap;
 
 /// The twin's path for a folded file's.
 pub fn twin_path(folded: &std::path::Path) -> std::path::PathBuf {
@@ -104,7 +105,7 @@ struct Function {
 #[derive(Default)]
 struct Strings {
     table: Vec<String>,
-    index: HashMap<String, i64>,
+    index: FastMap<String, i64>,
 }
 
 impl Strings {
@@ -156,7 +157,7 @@ pub fn encode(parts: &[Part<'_>]) -> std::io::Result<Vec<u8>> {
         profile.period_type = Some(value_type(kind, "nanoseconds"));
         profile.period = 1_000;
     }
-    let mut locations: HashMap<&str, u64> = HashMap::new();
+    let mut locations: FastMap<&str, u64> = FastMap::default();
     for (file, lines) in parts {
         let file_labels = file_labels(file, &mut strings);
         for &(stack, count) in lines {
@@ -228,7 +229,9 @@ pub fn encode(parts: &[Part<'_>]) -> std::io::Result<Vec<u8>> {
         hosts.into_iter().collect::<Vec<_>>().join(", ")
     ))];
     profile.string_table = strings.table;
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    // The fastest level: a twin is rewritten at every flush of its file,
+    // and level 6 was most of its cost (pprof readers take any level).
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
     gz.write_all(&profile.encode_to_vec())?;
     gz.finish()
 }
