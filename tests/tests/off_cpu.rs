@@ -206,7 +206,11 @@ fn cpu_contention_is_preemption_not_sleep() {
     let binary = build_workload("offcpu", dir.path());
     let busy_threads = (2 * std::thread::available_parallelism().unwrap().get()).to_string();
     // --pid: the workload is the process of interest (not a JVM or Python).
-    let workload = Workload::start(&binary, &["contend", "4", &busy_threads]);
+    // Its threads spin for a fixed wall time from their start, and the
+    // recorder starts after them (it needs the pid): 8 s leaves several
+    // seconds to record however slow its start. With 4 s, a start of about
+    // 3.5 s on a slow host left 0.75 s of preemption, under the 1 s asked.
+    let workload = Workload::start(&binary, &["contend", "8", &busy_threads]);
     let pid = workload.pid();
     let pid_arg = pid.to_string();
     let recorder = Recorder::start(&["--off-cpu", "--pid", &pid_arg]);
