@@ -204,6 +204,17 @@ impl Daemon {
             rollup::complete(&self.dir.path, &app);
             self.status.applications_complete += 1;
         }
+        if last {
+            // No later window brings the running applications' roll-ups'
+            // drawings up to their folded text.
+            for app in self.applications.open() {
+                if let Err(err) = rollup::draw_lagging_of(&self.dir.path, app) {
+                    warn!(
+                        "application {app}: its roll-up's flame graphs were not all redrawn: {err}"
+                    );
+                }
+            }
+        }
         let removed = retention::enforce(
             &self.dir.path,
             self.options.max_disk_bytes,

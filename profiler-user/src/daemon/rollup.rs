@@ -7,8 +7,18 @@
 //!
 //! Nothing is kept in memory but which applications have processes alive:
 //! a window's files are added to the roll-up's on disk (each rewritten
-//! atomically, its flame graph with it), so a roll-up costs no memory
-//! however long its application runs.
+//! atomically), so a roll-up costs no memory however long its application
+//! runs.
+//!
+//! A roll-up's flame graphs and pprof twins are not redrawn at every
+//! window: drawing is most of what a window costs, and a roll-up only grows,
+//! so redrawing it every minute made the daemon's CPU grow with the age of
+//! its longest application. A file is redrawn once its samples have grown
+//! by more than [`REDRAW_GROWTH_PERCENT`] since it was last drawn (so a
+//! long application's are drawn a logarithmic number of times), and every
+//! file not drawn at its last samples is redrawn when the application
+//! completes and when the daemon stops. Its folded text is exact at every
+//! window; the index says when its drawings lag (`drawn`).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -50,6 +60,26 @@ pub struct RollupIndex {
     /// under `spark/<app_id>/`), its `samples`, `start` and `end` over
     /// every window.
     pub files: Vec<ReadEntry>,
+    /// Each file's `samples` when its flame graph and pprof twin were last
+    /// drawn, by path: below its `samples` while they lag (see the module).
+    #[serde(default)]
+    pub drawn: BTreeMap<String, u64>,
+    /// The host and sampling frequency of the windows summed, which a twin
+    /// drawn after its window was added still needs.
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub frequency_hz: u64,
+}
+
+/// How much a roll-up file's samples grow before its flame graph and pprof
+/// twin are redrawn (see the module).
+pub const REDRAW_GROWTH_PERCENT: u64 = 10;
+
+/// Whether a file drawn at `drawn` samples (`None`: never) is redrawn at
+/// `samples`.
+fn redraw(drawn: Option<u64>, samples: u64) -> bool {
+    drawn.is_none_or(|drawn| samples.saturating_sub(drawn) * 100 > drawn * REDRAW_GROWTH_PERCENT)
 }
 
 /// A window's index, as much of it as a roll-up needs.
@@ -92,6 +122,11 @@ impl Applications {
         }
     }
 
+    /// Applications seen and not yet marked complete.
+    pub fn open(&self) -> impl Iterator<Item = &String> {
+        self.open.iter()
+    }
+
     /// Applications seen whose processes have all exited, not yet marked
     /// complete (each returned once).
     pub fn take_finished(&mut self) -> Vec<String> {
@@ -122,7 +157,6 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             by_app.entry(app).or_default().push(entry);
         }
     }
-    let period = 1_000_000_000 / index.frequency_hz.max(1);
     let mut added = Vec::new();
     for (app, entries) in by_app {
         let root = dir.join(APPS).join(safe_name(&app));
@@ -135,6 +169,8 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
         if rollup.windows.iter().any(|w| w == name) {
             continue; // Already summed (a restart after a crash mid-way).
         }
+        rollup.host.clone_from(&index.host);
+        rollup.frequency_hz = index.frequency_hz;
         for entry in &entries {
             let rel = &entry.path[format!("spark/{app}/").len()..];
             let text = fs::read_to_string(window.join(&entry.path))?;
@@ -143,15 +179,14 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
                 &text,
             );
             atomic::write_atomic(&root, Path::new(rel), summed.text.as_bytes())?;
-            let svg_rel = PathBuf::from(rel).with_extension("svg");
-            let title = format!("{app}: {}", rel.trim_end_matches(".folded"));
-            let svg = folded::flame_graph(&summed.text, &title, &entry.unit)?;
-            atomic::write_atomic(&root, &svg_rel, &svg)?;
             let mut file = match rollup.files.iter().position(|f| f.path == rel) {
                 Some(at) => rollup.files.swap_remove(at),
                 None => ReadEntry {
                     path: rel.to_owned(),
-                    svg: svg_rel.display().to_string(),
+                    svg: PathBuf::from(rel)
+                        .with_extension("svg")
+                        .display()
+                        .to_string(),
                     pprof: pprof::twin_path(Path::new(rel)).display().to_string(),
                     ..entry.clone()
                 },
@@ -159,10 +194,10 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             file.samples = summed.total;
             file.start = earliest(&file.start, &entry.start);
             file.end = latest(&file.end, &entry.end);
-            // Its pprof twin, over the roll-up's whole time.
-            let labels = FileLabels::of_read(&index.host, period, &file);
-            let twin = pprof::encode(&[(&labels, folded_lines(&summed.text).collect())])?;
-            atomic::write_atomic(&root, Path::new(&file.pprof), &twin)?;
+            if redraw(rollup.drawn.get(rel).copied(), file.samples) {
+                draw(&root, &rollup, &file, &summed.text)?;
+                rollup.drawn.insert(file.path.clone(), file.samples);
+            }
             rollup.files.push(file);
             rollup.start = Some(earliest(
                 rollup.start.as_deref().unwrap_or(""),
@@ -187,6 +222,9 @@ pub fn complete(dir: &Path, app: &str) {
     if rollup.complete {
         return;
     }
+    if let Err(err) = draw_lagging(&root, &mut rollup) {
+        warn!("application {app}: its roll-up's flame graphs were not all redrawn: {err}");
+    }
     rollup.complete = true;
     match write_index(&root, &rollup) {
         Ok(()) => {
@@ -194,6 +232,51 @@ pub fn complete(dir: &Path, app: &str) {
         }
         Err(err) => warn!("application {app}: cannot mark its roll-up complete: {err}"),
     }
+}
+
+/// Redraws the flame graphs and pprof twins of an application's roll-up
+/// that lag its folded text (the daemon stops while it runs).
+pub fn draw_lagging_of(dir: &Path, app: &str) -> io::Result<()> {
+    let root = dir.join(APPS).join(safe_name(app));
+    let Some(mut rollup) = read_index(&root) else {
+        return Ok(());
+    };
+    if draw_lagging(&root, &mut rollup)? {
+        write_index(&root, &rollup)?;
+    }
+    Ok(())
+}
+
+/// Redraws every file of `rollup` not drawn at its samples; returns
+/// whether it drew any (and so changed `rollup.drawn`).
+fn draw_lagging(root: &Path, rollup: &mut RollupIndex) -> io::Result<bool> {
+    let mut drew = false;
+    for file in &rollup.files {
+        if rollup.drawn.get(&file.path) == Some(&file.samples) {
+            continue;
+        }
+        let text = fs::read_to_string(root.join(&file.path))?;
+        draw(root, rollup, file, &text)?;
+        rollup.drawn.insert(file.path.clone(), file.samples);
+        drew = true;
+    }
+    Ok(drew)
+}
+
+/// Draws a roll-up file's flame graph and its pprof twin, over the
+/// roll-up's whole time, from its folded `text`.
+fn draw(root: &Path, rollup: &RollupIndex, file: &ReadEntry, text: &str) -> io::Result<()> {
+    let title = format!(
+        "{}: {}",
+        rollup.app_id,
+        file.path.trim_end_matches(".folded")
+    );
+    let svg = folded::flame_graph(text, &title, &file.unit)?;
+    atomic::write_atomic(root, Path::new(&file.svg), &svg)?;
+    let period = 1_000_000_000 / rollup.frequency_hz.max(1);
+    let labels = FileLabels::of_read(&rollup.host, period, file);
+    let twin = pprof::encode(&[(&labels, folded_lines(text).collect())])?;
+    atomic::write_atomic(root, Path::new(&file.pprof), &twin)
 }
 
 /// A roll-up's index, if it has one sparkprof wrote.
@@ -274,6 +357,71 @@ mod tests {
         let summed = sum_folded("a;b 2\na;c 1\n", "a;b 3\nd 4\n");
         assert_eq!(summed.text, "a;b 5\na;c 1\nd 4\n");
         assert_eq!(summed.total, 10);
+    }
+
+    /// Writes a published window `name` under `dir` whose one file, a
+    /// stage file of `app-1`, holds `folded`; returns its path.
+    fn window(dir: &Path, name: &str, folded: &str) -> PathBuf {
+        let window = dir.join("windows").join(name);
+        let rel = "spark/app-1/executor-1/stage-2.cpu.folded";
+        fs::create_dir_all(window.join(rel).parent().unwrap()).unwrap();
+        fs::write(window.join(rel), folded).unwrap();
+        let samples: u64 = folded
+            .lines()
+            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        let index = serde_json::json!({
+            "host": "worker-7",
+            "frequency_hz": 99,
+            "files": [{
+                "path": rel, "kind": "cpu", "unit": "samples", "samples": samples,
+                "pid": 42, "process": "java", "role": "executor",
+                "app_id": "app-1", "executor_id": "1", "stage_id": 2,
+            }],
+        });
+        fs::write(window.join(INDEX), index.to_string()).unwrap();
+        window
+    }
+
+    #[test]
+    fn roll_up_drawings_follow_growth_and_catch_up_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(APPS).join("app-1");
+        let rel = "executor-1/stage-2.cpu.folded";
+        let svg = || fs::read_to_string(root.join("executor-1/stage-2.cpu.svg")).unwrap();
+        let drawn = || read_index(&root).unwrap().drawn.get(rel).copied();
+        let add = |name: &str, folded: &str| {
+            let window = window(dir.path(), name, folded);
+            add_window(dir.path(), name, &window).unwrap();
+        };
+        add("w1", "java;a;b 10\n");
+        assert_eq!(drawn(), Some(10));
+        assert!(root.join("executor-1/stage-2.cpu.pb.gz").exists());
+        let first = svg();
+        // 10 % more: the folded text has it, the drawings wait.
+        add("w2", "java;a;b 1\n");
+        let index = read_index(&root).unwrap();
+        assert_eq!(index.files[0].samples, 11);
+        assert_eq!(drawn(), Some(10));
+        assert_eq!(svg(), first);
+        // More than 10 % over what was drawn: redrawn, new frame and all.
+        add("w3", "java;a;c 5\n");
+        assert_eq!(drawn(), Some(16));
+        assert!(svg().contains(">c ("), "{}", svg());
+        // A lag the daemon's stop catches up with.
+        add("w4", "java;a;d 1\n");
+        assert_eq!(drawn(), Some(16));
+        draw_lagging_of(dir.path(), "app-1").unwrap();
+        assert_eq!(drawn(), Some(17));
+        assert!(svg().contains(">d ("), "{}", svg());
+        // And one its application's completion catches up with.
+        add("w5", "java;a;e 1\n");
+        assert_eq!(drawn(), Some(17));
+        complete(dir.path(), "app-1");
+        let index = read_index(&root).unwrap();
+        assert!(index.complete);
+        assert_eq!(index.drawn.get(rel), Some(&18));
+        assert!(svg().contains(">e ("), "{}", svg());
     }
 
     #[test]
