@@ -100,8 +100,8 @@ fn fnv(name: &str) -> u64 {
 ///
 /// A file's lines share most of their frames: names already coloured are
 /// found in a set with a fast hash, and only new ones reach inferno's map,
-/// which hashes with SipHash (looking every frame up there was a sixth of
-/// drawing a flame graph).
+/// which hashes with SipHash (building the palette with every frame looked
+/// up there was a sixth of drawing a flame graph).
 pub fn palette(folded: &str) -> PaletteMap {
     let mut map = PaletteMap::default();
     let mut seen: FastSet<&str> = FastSet::default();
