@@ -5,7 +5,8 @@
 //! The program runs on every context switch of the host, in the context of
 //! the thread leaving (`prev`), so its cost is kept to what each side needs:
 //! - `prev` of interest (its process is in `OFFCPU_WATCHED`): the time, how
-//!   it left, and its user stack go to its slot (`OffCpuStart`: an
+//!   it left, and (unless it is still runnable: preempted, or yielding)
+//!   its user stack go to its slot (`OffCpuStart`: an
 //!   `OFFCPU_THREADS` entry, or for the few whose entry is taken, one in
 //!   `OFFCPU_START`). The user
 //!   stack can only be read here, in its own context; walking it costs more
@@ -251,6 +252,25 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     };
     let now = clock(now);
     let preempt: u64 = ctx.arg(0);
+    let state = report_state(preempt & 0xff != 0, prev_state as u32);
+    if state == 0 || state == REPORT_PREEMPTED {
+        // Still runnable: it waits for a CPU, not for anything in its own
+        // code, and where it was running is what on-CPU samples show. On
+        // a busy host this is about half of all switch-outs, each at a new
+        // instruction, so a walk here was rarely reused: its time is kept
+        // with its kernel stack and no user or Python frames.
+        slot.site = NO_SITE;
+        slot.python_stack = 0;
+        if slot.comm[0] == 0 {
+            slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+        }
+        slot.tid = tid;
+        slot.tgid = tgid;
+        slot.state = state;
+        slot.ktime_ns = now;
+        count_stat(stat::OFFCPU_SWITCHES);
+        return;
+    }
     let (ip, sp, bp, syscall) = user_registers();
     let fresh = |site: &OffCpuSite| {
         site.walked_ns != 0
@@ -295,7 +315,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     };
     slot.tid = tid;
     slot.tgid = tgid;
-    slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
+    slot.state = state;
     slot.ktime_ns = now;
     count_stat(stat::OFFCPU_SWITCHES);
 }
@@ -324,7 +344,11 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         tgid: slot.tgid,
         tid,
         kernel_stack: kernel_stack(next_task),
-        user_stack: slot.sites[(slot.site & 1) as usize].stack,
+        user_stack: if slot.site == NO_SITE {
+            0
+        } else {
+            slot.sites[(slot.site & 1) as usize].stack
+        },
         python_stack: slot.python_stack,
         name_epoch: thread_epoch(tid),
         state: slot.state,
@@ -561,6 +585,9 @@ fn kernel_stack(next: *mut task_struct) -> u64 {
     }
     .file(hash, scratch)
 }
+
+/// `OffCpuStart::site` of a period opened without a user stack.
+const NO_SITE: u32 = u32::MAX;
 
 /// The sched_switch record's `prev_state` for a raw `__state`.
 #[inline(always)]

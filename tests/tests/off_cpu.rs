@@ -228,6 +228,20 @@ fn cpu_contention_is_preemption_not_sleep() {
         asleep * 20 <= preempted,
         "{asleep} us asleep vs {preempted} us preempted"
     );
+    // A runnable thread's period is kept without its user frames (where it
+    // ran is what its on-CPU samples show): none under the spin loop.
+    let with_user_frames = micros(&stacks, "busy", |s| {
+        leaf_is(s, "[off-cpu: preempted]") && has_frame(s, "sparkprof_busy")
+    });
+    assert_eq!(with_user_frames, 0, "preempted time under sparkprof_busy");
+    // The on-CPU samples do show it.
+    let on_cpu_busy = recording
+        .files_of(pid)
+        .into_iter()
+        .filter(|entry| entry["kind"] == "cpu")
+        .flat_map(|entry| recording.stacks(entry))
+        .any(|s| has_frame(&s, "sparkprof_busy"));
+    assert!(on_cpu_busy, "no on-CPU sample in sparkprof_busy");
 }
 
 #[test]
