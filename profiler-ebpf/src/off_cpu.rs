@@ -359,8 +359,7 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         (kernel, 0)
     } else {
         let site = &mut slot.sites[(slot.site & 1) as usize];
-        if site.kernel_stack == 0 || site.kernel_stack == STACK_LOST || site.kernel_state != state
-        {
+        if site.kernel_stack == 0 || site.kernel_stack == STACK_LOST || site.kernel_state != state {
             site.kernel_stack = kernel_stack(next_task);
             site.kernel_state = state;
         }
