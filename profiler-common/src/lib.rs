@@ -356,14 +356,6 @@ pub struct OffCpuSite {
     pub walked_ns: u64,
     /// The user stack: its key in `OFFCPU_USER_STACKS`, `0` for none.
     pub stack: u64,
-    /// The kernel stack the thread was found in when it came back from a
-    /// wait that left from here (its key in `OFFCPU_KERNEL_STACKS`), and
-    /// how it had waited; `0`: not read yet. The same system call from the
-    /// same place waits the same way: reading the stack again cost more
-    /// than the rest of a switch, and it is read again with the user stack.
-    pub kernel_stack: u64,
-    pub kernel_state: u32,
-    pub _pad: u32,
 }
 
 /// Sites remembered per thread: a thread that is preempted on its way to
@@ -684,10 +676,10 @@ mod tests {
     fn off_cpu_records_have_no_padding() {
         assert_eq!(core::mem::size_of::<OffCpuKey>(), 3 * 8 + 4 * 4 + COMM_LEN);
         assert_eq!(core::mem::size_of::<OffCpuUserStack>(), 1016);
-        assert_eq!(core::mem::size_of::<OffCpuSite>(), 64);
+        assert_eq!(core::mem::size_of::<OffCpuSite>(), 48);
         assert_eq!(
             core::mem::size_of::<OffCpuStart>(),
-            8 + 2 * 4 + 8 + 4 * 4 + 8 + 64 * OFFCPU_SITES + COMM_LEN
+            8 + 2 * 4 + 8 + 4 * 4 + 8 + 48 * OFFCPU_SITES + COMM_LEN
         );
     }
 

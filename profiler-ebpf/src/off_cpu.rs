@@ -15,9 +15,7 @@
 //!   thread's Python frames are walked too, every time.
 //! - `next` with an open slot: if it was away at least
 //!   `OFFCPU_MIN_BLOCK_NS`, its kernel stack (still the one it blocked in:
-//!   it has not run since) is read with `bpf_get_task_stack` (or reused:
-//!   the one read when it last came back to the same site in the same
-//!   state, while that site's walk is reused), and the time
+//!   it has not run since) is read with `bpf_get_task_stack`, and the time
 //!   is added to `(thread, stacks, epoch, state)` in the active buffer.
 //!   Shorter periods cost one slot read.
 //!
@@ -43,7 +41,7 @@ use profiler_common::{
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_RING_BYTES, OFFCPU_KERNEL_STACK_ENTRIES,
     OFFCPU_PY_RING_BYTES, OFFCPU_PY_STACK_ENTRIES, OFFCPU_SITE_TTL_NS, OFFCPU_SPILLED_THREADS,
     OFFCPU_USER_DEPTH, OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey,
-    OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, STACK_LOST, offcpu_thread_index, stat,
+    OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, offcpu_thread_index, stat,
 };
 
 use crate::{
@@ -254,8 +252,12 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     };
     let now = clock(now);
     let preempt: u64 = ctx.arg(0);
-    let state = report_state(preempt & 0xff != 0, prev_state as u32);
-    if state == 0 || state == REPORT_PREEMPTED {
+    // Runnable: preempted, or no state bit reported (what `report_state`
+    // makes 0 or `REPORT_PREEMPTED`). Only `preempt` and `prev_state` stay
+    // live across the walk below, as before this branch: a value derived
+    // from them and kept across it made the verifier of Linux 6.1 explore
+    // the Python walk once per value, past its 1M instructions.
+    if preempt & 0xff != 0 || prev_state as u32 & REPORT_BITS == 0 {
         // Still runnable: it waits for a CPU, not for anything in its own
         // code, and where it was running is what on-CPU samples show. On
         // a busy host this is about half of all switch-outs, each at a new
@@ -268,7 +270,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         }
         slot.tid = tid;
         slot.tgid = tgid;
-        slot.state = state;
+        slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
         slot.ktime_ns = now;
         count_stat(stat::OFFCPU_SWITCHES);
         return;
@@ -297,9 +299,6 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
             syscall,
             walked_ns: now,
             stack: user_stack(ip, sp, bp),
-            kernel_stack: 0,
-            kernel_state: 0,
-            _pad: 0,
         };
         slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
         older
@@ -320,7 +319,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     };
     slot.tid = tid;
     slot.tgid = tgid;
-    slot.state = state;
+    slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
     slot.ktime_ns = now;
     count_stat(stat::OFFCPU_SWITCHES);
 }
@@ -345,31 +344,23 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         return;
     }
     let next_task: *mut task_struct = ctx.arg(2);
-    let state = slot.state;
-    let (kernel, user) = if slot.site == NO_SITE {
+    let key = OffCpuKey {
+        tgid: slot.tgid,
+        tid,
         // A thread rescheduled on its way back to user mode (runnable, not
         // preempted inside the kernel) is always at the same few frames of
         // the return path: reading them cost more than the rest of the
         // switch-in.
-        let kernel = if state == 0 {
+        kernel_stack: if slot.state == 0 {
             0
         } else {
             kernel_stack(next_task)
-        };
-        (kernel, 0)
-    } else {
-        let site = &mut slot.sites[(slot.site & 1) as usize];
-        if site.kernel_stack == 0 || site.kernel_stack == STACK_LOST || site.kernel_state != state {
-            site.kernel_stack = kernel_stack(next_task);
-            site.kernel_state = state;
-        }
-        (site.kernel_stack, site.stack)
-    };
-    let key = OffCpuKey {
-        tgid: slot.tgid,
-        tid,
-        kernel_stack: kernel,
-        user_stack: user,
+        },
+        user_stack: if slot.site == NO_SITE {
+            0
+        } else {
+            slot.sites[(slot.site & 1) as usize].stack
+        },
         python_stack: slot.python_stack,
         name_epoch: thread_epoch(tid),
         state: slot.state,
