@@ -15,7 +15,8 @@
 //!   thread's Python frames are walked too, every time.
 //! - `next` with an open slot: if it was away at least
 //!   `OFFCPU_MIN_BLOCK_NS`, its kernel stack (still the one it blocked in:
-//!   it has not run since) is read with `bpf_get_task_stack`, and the time
+//!   it has not run since) is read with `bpf_get_task_stack` (not for a
+//!   thread rescheduled on its way back to user mode), and the time
 //!   is added to `(thread, stacks, epoch, state)` in the active buffer.
 //!   Shorter periods cost one slot read.
 //!
@@ -262,7 +263,8 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         // code, and where it was running is what on-CPU samples show. On
         // a busy host this is about half of all switch-outs, each at a new
         // instruction, so a walk here was rarely reused: its time is kept
-        // with its kernel stack and no user or Python frames.
+        // with no user or Python frames (and, unless it was preempted
+        // inside the kernel, no kernel frames: see `switched_in`).
         slot.site = NO_SITE;
         slot.python_stack = 0;
         if slot.comm[0] == 0 {
