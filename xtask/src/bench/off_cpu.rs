@@ -18,6 +18,11 @@
 //!    `kernel.bpf_stats_enabled` on, over ping-pong runs under `--off-cpu`.
 //! 4. The Spark job of section 5 without and with `sparkprof record
 //!    --off-cpu`, in interleaved pairs.
+//! 5. What sparkprof's programs cost in the kernel over that job: one more
+//!    run of it under `--off-cpu` with `kernel.bpf_stats_enabled` on (not
+//!    one of the pairs: the statistics cost a clock read per program run),
+//!    its `sched_switch` and perf_event programs' `run_time_ns / run_cnt`
+//!    over the job, and the recording's off-CPU statistics.
 //!
 //! Besides on-CPU only, two more "with" rows frame the ping-pong figure: an
 //! empty BPF program on the same tracepoint (attached by this bench, no
@@ -36,9 +41,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    ArmPairs, Bench, GoWorkload, Profiler, Recorder, SysctlGuard, TimedPair, Tool, bench_unique,
-    bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interleaved_pairs, met, pair_rows,
-    progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
+    ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SysctlGuard, TimedPair, Tool,
+    bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interleaved_pairs, met,
+    pair_rows, progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -124,6 +129,21 @@ pub struct OffCpuReport {
     pub kernel: Vec<KernelRound>,
     /// The Spark job without and with `--off-cpu`.
     pub spark: Option<super::spark::Runtime>,
+    /// One more run of the job under `--off-cpu` with BPF statistics on.
+    pub spark_kernel: Option<SparkKernelCost>,
+}
+
+/// What sparkprof's programs cost in the kernel over one Spark job under
+/// `--off-cpu` (deltas of `run_time_ns` and `run_cnt` across the job).
+pub struct SparkKernelCost {
+    pub sched_switch: (u64, u64),
+    pub perf_event: (u64, u64),
+    /// The job's seconds (event log, first job submitted to last completed).
+    pub job_s: f64,
+    /// Wall seconds between the two readings of the programs' statistics.
+    pub window_s: f64,
+    /// index.json's statistics of the whole recording.
+    pub stats: Stats,
 }
 
 pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuReport> {
@@ -165,18 +185,20 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
     })?;
     let kernel = harness.kernel_cost()?;
     // The Spark job of section 5, beside `sparkprof record --off-cpu`.
-    let spark = super::spark::job_pairs(
+    let (spark, spark_kernel) = super::spark::job_pairs_then(
         bench,
         spark_pairs,
         Profiler {
             tool: Tool::SparkprofOffCpu,
             hz: SPARK_HZ,
         },
+        |cluster, group| harness.spark_kernel_cost(cluster, group),
     )?;
     Ok(OffCpuReport {
         modes,
         kernel,
         spark: Some(spark),
+        spark_kernel: Some(spark_kernel),
     })
 }
 
@@ -220,6 +242,49 @@ impl Harness<'_> {
         let window = started.elapsed();
         let stats = recorder.stop()?;
         Ok((seconds, cpu, window, stats))
+    }
+
+    /// In-kernel cost of sparkprof's programs over one run of the Spark
+    /// job on `cluster`, under whole-host `record --off-cpu`.
+    fn spark_kernel_cost(
+        &self,
+        cluster: &mut sparkprof_tests::spark::Cluster,
+        group: &super::job_cgroup::JobCgroup,
+    ) -> Result<SparkKernelCost> {
+        wait_for_quiet_host()?;
+        let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;
+        let recorder = SparkprofRun::start_host(self.sparkprof, self.dir)?;
+        let pid = recorder.pid();
+        let before = (sched_switch_stats(pid)?, ProgStats::read(pid)?);
+        let started = Instant::now();
+        let job_s = super::spark::run_one_job(cluster, group)?;
+        let after = (sched_switch_stats(pid)?, ProgStats::read(pid)?);
+        let window_s = started.elapsed().as_secs_f64();
+        let stats = recorder.stop()?;
+        let cost = SparkKernelCost {
+            sched_switch: (
+                after.0.0.saturating_sub(before.0.0),
+                after.0.1.saturating_sub(before.0.1),
+            ),
+            perf_event: (
+                after.1.run_time_ns.saturating_sub(before.1.run_time_ns),
+                after.1.run_cnt.saturating_sub(before.1.run_cnt),
+            ),
+            job_s,
+            window_s,
+            stats,
+        };
+        if cost.sched_switch.1 == 0 || cost.perf_event.1 == 0 {
+            bail!("sparkprof's programs did not run during the Spark job");
+        }
+        progress(&format!(
+            "[offcpu] Spark job with BPF statistics: sched_switch {:.0} ns x {}, perf_event {:.0} ns x {}",
+            cost.sched_switch.0 as f64 / cost.sched_switch.1 as f64,
+            cost.sched_switch.1,
+            cost.perf_event.0 as f64 / cost.perf_event.1 as f64,
+            cost.perf_event.1
+        ));
+        Ok(cost)
     }
 
     /// In-kernel cost of the `sched_switch` program, over [`KERNEL_ROUNDS`]
@@ -300,6 +365,20 @@ impl SparkprofRun {
             .arg("record")
             .args(mode.args())
             .args(["--pid", &pids[0].to_string(), "--pid", &pids[1].to_string()])
+            .arg("--output")
+            .arg(dir.join("profiles"))
+            .env("NO_COLOR", "1");
+        Recorder::start("sparkprof", command, dir, "recording on").map(Self)
+    }
+
+    /// Starts whole-host `sparkprof record --off-cpu` at the Spark
+    /// section's rate and waits until it records.
+    fn start_host(sparkprof: &Path, scratch: &Path) -> Result<Self> {
+        let dir = scratch.join(format!("record-{}", bench_unique()));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut command = Command::new(sparkprof);
+        command
+            .args(["record", "--off-cpu", "--frequency", &SPARK_HZ.to_string()])
             .arg("--output")
             .arg(dir.join("profiles"))
             .env("NO_COLOR", "1");
@@ -489,6 +568,58 @@ fn prog_name(id: u32) -> Result<String> {
 // ---------------------------------------------------------------------------
 // The report.
 
+impl SparkKernelCost {
+    fn markdown(&self) -> String {
+        let row = |what: &str, (ns, count): (u64, u64), per: &str| {
+            format!(
+                "| {what} | {count} | {:.0} | {:.0} | {:.2} % | {per} |\n",
+                ns as f64 / count as f64,
+                ns as f64 / 1e6,
+                100.0 * ns as f64 / 1e9 / self.window_s
+            )
+        };
+        let s = &self.stats;
+        let mut text = format!(
+            "\n**6.4 In-kernel cost on the Spark job.** One more run of the job of 6.3 under \
+             whole-host `sparkprof record --off-cpu` ({SPARK_HZ} Hz), not one of the pairs, with \
+             `kernel.bpf_stats_enabled=1` (restored afterwards): `run_time_ns` and `run_cnt` of \
+             sparkprof's programs (`/proc/PID/fdinfo`) just before the application was \
+             submitted and just after it ended: {:.1} s, of which its jobs took {:.1} s (event \
+             log). This time is charged to the processes the programs run in (the cluster's, \
+             mostly), not to sparkprof.\n\n\
+             | program | runs | ns per run | ms in the window | % of one core over the window | runs on |\n\
+             |---|--:|--:|--:|--:|---|\n",
+            self.window_s, self.job_s
+        );
+        text += &row(
+            &format!("`{SCHED_SWITCH_PROGRAM}` tracepoint"),
+            self.sched_switch,
+            "every context switch of the host",
+        );
+        text += &row(
+            "perf_event programs (sampler and the walkers it tail-calls)",
+            self.perf_event,
+            "every on-CPU sample, of any process",
+        );
+        text += &format!(
+            "\nThe whole recording (a little longer than the job) saw {} switch-outs of watched \
+             threads (index.json `offcpu_switches`), {} of them back within {MIN_BLOCK_US} µs \
+             (`offcpu_short`); it walked a user stack at {} ({:.1} % of the switch-outs; \
+             `offcpu_user_walks`), and took {} on-CPU samples.\n",
+            s.offcpu_switches,
+            s.offcpu_short,
+            s.offcpu_user_walks,
+            if s.offcpu_switches == 0 {
+                f64::NAN
+            } else {
+                100.0 * s.offcpu_user_walks as f64 / s.offcpu_switches as f64
+            },
+            s.samples
+        );
+        text
+    }
+}
+
 impl OffCpuReport {
     pub fn markdown(&self) -> String {
         let runs = self.modes.first().map_or(0, |m| m.pairs.len());
@@ -592,6 +723,9 @@ impl OffCpuReport {
                 TARGET_SPARK_SLOWDOWN_PERCENT,
             );
         }
+        if let Some(cost) = &self.spark_kernel {
+            text += &cost.markdown();
+        }
         text
     }
 
@@ -602,8 +736,10 @@ impl OffCpuReport {
              `kernel.bpf_stats_enabled=1` (restored afterwards): `run_time_ns` and `run_cnt` of \
              sparkprof's `{SCHED_SWITCH_PROGRAM}` tracepoint program (`/proc/PID/fdinfo`) just \
              before the first round trip and just after the last. The program runs on every \
-             context switch of the host; for a switch between other processes it reads one \
-             array entry and looks up one hash key.\n\n\
+             context switch of the host; for a switch between other processes it reads two \
+             array entries (the leaving thread's process in the watched set, the incoming \
+             thread's slot), and looks up a hash key only where another thread holds that slot \
+             and one has spilled over to the hash map.\n\n\
              | round | invocations | ns per invocation | invocations per round trip | in-kernel time per round trip, µs | in-kernel time per second of the run, % of one core |\n\
              |---|--:|--:|--:|--:|--:|\n"
         );
@@ -674,6 +810,19 @@ mod tests {
                 seconds: 4e-6 * ROUND_TRIPS as f64 * 2.0,
             }],
             spark: None,
+            spark_kernel: Some(SparkKernelCost {
+                // 100,000 switches of 4 µs and 5,000 samples of 12 µs over 40 s.
+                sched_switch: (400_000_000, 100_000),
+                perf_event: (60_000_000, 5_000),
+                job_s: 30.0,
+                window_s: 40.0,
+                stats: Stats {
+                    samples: 5_100,
+                    offcpu_switches: 80_000,
+                    offcpu_short: 20_000,
+                    offcpu_user_walks: 16_000,
+                },
+            }),
         };
         let text = report.markdown();
         assert!(text.starts_with("### 6. Off-CPU time"), "{text}");
@@ -700,5 +849,18 @@ mod tests {
             );
             assert!(text.contains(&row), "{row} in {text}");
         }
+        assert!(
+            text.contains("**6.4 In-kernel cost on the Spark job.**"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| `sched_switch` tracepoint | 100000 | 4000 | 400 | 1.00 % |"),
+            "{text}"
+        );
+        assert!(text.contains("| 5000 | 12000 | 60 | 0.15 % |"), "{text}");
+        assert!(
+            text.contains("walked a user stack at 16000 (20.0 %"),
+            "{text}"
+        );
     }
 }

@@ -168,6 +168,16 @@ pub struct Runtime {
 /// Interleaved pairs of the Spark job without and with `profiler` (a
 /// sparkprof variant) on a fresh standalone cluster.
 pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Result<Runtime> {
+    job_pairs_then(bench, pairs, profiler, |_, _| Ok(())).map(|(runtime, ())| runtime)
+}
+
+/// [`job_pairs`], then `then` on the same cluster before it stops.
+pub(super) fn job_pairs_then<T>(
+    bench: &Bench,
+    pairs: usize,
+    profiler: Profiler,
+    then: impl FnOnce(&mut Cluster, &JobCgroup) -> Result<T>,
+) -> Result<(Runtime, T)> {
     // The end-to-end test's components: a JDK and pyspark.
     crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
     crate::spark::setup()?;
@@ -279,12 +289,30 @@ pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Resu
             profiled,
         });
     }
+    let then = then(&mut cluster, &group)?;
     let leftover = cluster.stop();
     if !leftover.is_empty() {
         bail!("Spark processes survived the cluster's stop: {leftover:?}");
     }
     drop(group);
-    Ok(result)
+    Ok((result, then))
+}
+
+/// Runs the bench's Spark job on `cluster`, its processes in `group`;
+/// returns the event log's first-job-to-last-job seconds.
+pub(super) fn run_one_job(cluster: &mut Cluster, group: &JobCgroup) -> Result<f64> {
+    let job = {
+        let _inside = group.enter()?;
+        cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT)
+    };
+    let log = EventLog::read(&job.event_log);
+    match (log.first_job_submitted_ms, log.last_job_completed_ms) {
+        (Some(a), Some(b)) if b > a => Ok((b - a) as f64 / 1e3),
+        _ => bail!(
+            "the event log {} has no job start and end",
+            job.event_log.display()
+        ),
+    }
 }
 
 // ---------------------------------------------------------------------------
