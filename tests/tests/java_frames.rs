@@ -145,6 +145,72 @@ fn assert_walked(recording: &Recording, pid: u32) {
     );
 }
 
+/// A launcher that execs a JVM keeps its PID and start time (`spark-submit`
+/// ends in `exec java ...`, as YARN's `launch_container.sh` does): sampled
+/// as the shell first, it is walked and named as a JVM once it is one.
+#[test]
+fn a_shell_that_execs_a_jvm_is_walked_as_one() {
+    require_root();
+    let classes = classes("JavaChains");
+    let java = java_of("java-17-openjdk-amd64");
+    let signal = tempfile::tempdir().unwrap();
+    let go = signal.path().join("go");
+    // The shell spins on-CPU (sampled) until told to exec the JVM.
+    let mut shell = Command::new("bash")
+        .arg("-c")
+        .arg(r#"while [ ! -e "$0" ]; do :; done; exec "$1" -cp "$2" JavaChains 9 1 0"#)
+        .arg(&go)
+        .arg(&java)
+        .arg(classes.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("bash is required by this test");
+    let pid = shell.id();
+    let recorder = Recorder::start(&["--pid", &pid.to_string(), "--duration", "9"]);
+    // Several drains of the shell alone: sparkprof knows it as bash.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::fs::write(&go, "").unwrap();
+    let recording = recorder.wait();
+    let _ = shell.kill();
+    let _ = shell.wait();
+    recording.assert_ok();
+    // The shell was sampled (its files are summed with other short-lived
+    // bash processes', under its program's name).
+    let shell_samples: u64 = recording
+        .files()
+        .into_iter()
+        .flat_map(|entry| recording.stacks(entry))
+        .filter(|s| s.frames.iter().take(2).any(|f| f.starts_with("bash")))
+        .map(|s| s.count)
+        .sum();
+    assert!(
+        shell_samples >= 50,
+        "{shell_samples} samples of the shell before its exec\n{}",
+        recording.log
+    );
+    assert_walked(&recording, pid);
+    let (hot, whole) = chained(&recording.stacks_of(pid));
+    assert!(hot >= 300, "{hot} samples of the hot method after the exec");
+    // Samples from before sparkprof knew the JVM (the drain in which the
+    // exec was seen, and the next, in which it was identified and had its
+    // walk set up) were walked by frame pointers alone: at most two
+    // drains of the default 99 Hz.
+    let partial: Vec<String> = recording
+        .stacks_of(pid)
+        .iter()
+        .filter(|s| {
+            s.frames.iter().any(|f| f == LEAF)
+                && !sparkprof_tests::contains_in_order(&s.frames, CHAIN)
+        })
+        .map(|s| format!("{} {}", s.count, s.frames.join(";")))
+        .collect();
+    assert!(
+        hot - whole <= 200,
+        "{whole} of {hot} hot samples show Thread.run -> ... -> the hot method; the others:\n{}",
+        partial.join("\n")
+    );
+}
+
 #[rstest]
 #[case::jdk17("java-17-openjdk-amd64", &[])]
 #[case::jdk17_frame_pointers("java-17-openjdk-amd64", &["-XX:+PreserveFramePointer"])]

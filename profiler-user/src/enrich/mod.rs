@@ -17,7 +17,11 @@
 pub mod name_history;
 pub mod spark;
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::Arc,
+};
 
 use name_history::{ThreadDump, ThreadNames};
 use spark::{DriverLink, ProcessFacts, Role, SparkProcess, TaskThread};
@@ -151,6 +155,11 @@ pub struct Enricher {
     gone: HashMap<u32, Arc<ProcessInfo>>,
     /// The kernel's word on which of `processes` exited.
     exits: Exits,
+    /// The executable of each plain native process of `processes`, as
+    /// identified: one that execs another program (a launcher script's
+    /// `exec java ...`, as `spark-submit` and YARN's `launch_container.sh`
+    /// end) keeps its PID and start time, and is known by its new `exe`.
+    native_exes: HashMap<u32, PathBuf>,
 }
 
 impl Enricher {
@@ -159,6 +168,7 @@ impl Enricher {
         held.add("enrich.processes", self.processes.len());
         held.add("enrich.driver_links", self.driver_links.len());
         held.add("enrich.exit_watches", self.exits.len());
+        held.add("enrich.native_exes", self.native_exes.len());
         self.names.held(held);
     }
 
@@ -198,6 +208,7 @@ impl Enricher {
             }
         }
         self.gone.clear();
+        self.find_execs(drain);
         let mut new = Vec::new();
         for raw in &drain.samples {
             if self.processes.contains_key(&raw.tgid) || self.gone.contains_key(&raw.tgid) {
@@ -213,6 +224,37 @@ impl Enricher {
         }
         self.resolve_drivers();
         new
+    }
+
+    /// Native processes of this drain that have exec'd since they were
+    /// identified: each is reported as exited with this drain (its samples
+    /// here keep the old identity: most were taken before the exec) and
+    /// identified afresh when the next drain samples it. A JVM a shell
+    /// script execs is thus walked and tagged, not kept as the shell for
+    /// good. One `readlink` per sampled native process per drain.
+    fn find_execs(&mut self, drain: &Drain) {
+        let mut checked = HashSet::new();
+        for raw in &drain.samples {
+            let pid = raw.tgid;
+            let Some(exe) = self.native_exes.get(&pid) else {
+                continue;
+            };
+            if !checked.insert(pid) {
+                continue;
+            }
+            // Gone meanwhile: the exit is the kernel's to report.
+            let Ok(now) = proc::exe(pid) else {
+                continue;
+            };
+            if &now == exe {
+                continue;
+            }
+            debug!(pid, from = %exe.display(), to = %now.display(), "process exec'd");
+            self.native_exes.remove(&pid);
+            if let Some(old) = self.processes.remove(&pid) {
+                self.gone.insert(pid, old);
+            }
+        }
     }
 
     /// Reads and caches a process not seen before.
@@ -235,6 +277,14 @@ impl Enricher {
         }
         if info.spark.role == Role::Driver && info.spark.app_id.is_none() {
             info.spark.app_id = self.driver_app_id(pid);
+        }
+        // A runtime once is one until it exits; a plain native process may
+        // be a launcher yet to exec one.
+        if !info.kernel_thread
+            && !info.in_a_runtime()
+            && let Ok(exe) = proc::exe(pid)
+        {
+            self.native_exes.insert(pid, exe);
         }
         let info = Arc::new(info);
         self.processes.insert(pid, info.clone());
@@ -335,6 +385,7 @@ impl Enricher {
             alive
         });
         for info in &exited {
+            self.native_exes.remove(&info.pid);
             self.exits.forget(info.pid);
             self.names.forget_process(info.pid);
             self.driver_links.remove(&info.pid);

@@ -266,6 +266,13 @@ pub fn environ(pid: u32) -> io::Result<Vec<(String, String)>> {
     Ok(vars)
 }
 
+/// The program a process runs now (`/proc/PID/exe`): it changes when the
+/// process execs another. One `readlink`, not procfs's `Process` (which
+/// opens the process's directory first): it is asked every drain.
+pub fn exe(pid: u32) -> io::Result<PathBuf> {
+    fs::read_link(format!("/proc/{pid}/exe"))
+}
+
 /// A process's parent, `None` for none (PID 0: init, kernel threads' root).
 pub fn parent(pid: u32) -> io::Result<Option<u32>> {
     let ppid = process(pid)?.stat().map_err(io_error)?.ppid;
