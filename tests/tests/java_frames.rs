@@ -102,11 +102,11 @@ fn record_chains_in(
     (recording, pid)
 }
 
-/// The worker's samples in the hot method, and how many of them show the
+/// The worker's samples in the hot method, each with whether it shows the
 /// whole chain (with nothing cut). A method inlined into its caller's
 /// compiled code (`_[i]`) counts as the frame it is.
-fn chained(stacks: &[Stack]) -> (u64, u64) {
-    let stacks: Vec<Stack> = stacks
+fn hot_samples(stacks: &[Stack]) -> Vec<(Stack, bool)> {
+    stacks
         .iter()
         .map(|s| Stack {
             frames: s
@@ -119,21 +119,37 @@ fn chained(stacks: &[Stack]) -> (u64, u64) {
                 .collect(),
             count: s.count,
         })
-        .collect();
-    let hot: Vec<&Stack> = stacks
-        .iter()
         .filter(|s| s.frames.get(1).is_some_and(|t| t == "chainworker-0"))
         .filter(|s| s.frames.iter().any(|f| f == LEAF))
-        .collect();
-    let whole = hot
-        .iter()
-        .filter(|s| {
-            sparkprof_tests::contains_in_order(&s.frames, CHAIN)
-                && !s.frames.iter().any(|f| f.starts_with("[truncated"))
+        .map(|s| {
+            let whole = sparkprof_tests::contains_in_order(&s.frames, CHAIN)
+                && !s.frames.iter().any(|f| f.starts_with("[truncated"));
+            (s, whole)
         })
-        .map(|s| s.count)
-        .sum();
-    (hot.iter().map(|s| s.count).sum(), whole)
+        .collect()
+}
+
+/// The worker's samples in the hot method, and how many of them show the
+/// whole chain ([`hot_samples`]).
+fn chained(stacks: &[Stack]) -> (u64, u64) {
+    let hot = hot_samples(stacks);
+    let count = |whole_only: bool| {
+        hot.iter()
+            .filter(|(_, whole)| *whole || !whole_only)
+            .map(|(s, _)| s.count)
+            .sum()
+    };
+    (count(false), count(true))
+}
+
+/// The worker's samples in the hot method that do not show the whole
+/// chain, as `COUNT FRAMES` lines (for a failure's message).
+fn not_chained(stacks: &[Stack]) -> Vec<String> {
+    hot_samples(stacks)
+        .into_iter()
+        .filter(|(_, whole)| !whole)
+        .map(|(s, _)| format!("{} {}", s.count, s.frames.join(";")))
+        .collect()
 }
 
 fn assert_walked(recording: &Recording, pid: u32) {
@@ -189,25 +205,17 @@ fn a_shell_that_execs_a_jvm_is_walked_as_one() {
         recording.log
     );
     assert_walked(&recording, pid);
-    let (hot, whole) = chained(&recording.stacks_of(pid));
+    let stacks = recording.stacks_of(pid);
+    let (hot, whole) = chained(&stacks);
     assert!(hot >= 300, "{hot} samples of the hot method after the exec");
     // Samples from before sparkprof knew the JVM (the drain in which the
     // exec was seen, and the next, in which it was identified and had its
     // walk set up) were walked by frame pointers alone: at most two
     // drains of the default 99 Hz.
-    let partial: Vec<String> = recording
-        .stacks_of(pid)
-        .iter()
-        .filter(|s| {
-            s.frames.iter().any(|f| f == LEAF)
-                && !sparkprof_tests::contains_in_order(&s.frames, CHAIN)
-        })
-        .map(|s| format!("{} {}", s.count, s.frames.join(";")))
-        .collect();
     assert!(
         hot - whole <= 200,
         "{whole} of {hot} hot samples show Thread.run -> ... -> the hot method; the others:\n{}",
-        partial.join("\n")
+        not_chained(&stacks).join("\n")
     );
 }
 
@@ -229,7 +237,8 @@ fn hot_methods_chain_to_thread_run(#[case] jdk: &str, #[case] flags: &[&str]) {
         recording.index["jit"]
     );
     assert!(!Path::new(&format!("/tmp/perf-{pid}.map")).exists());
-    let (hot, whole) = chained(&recording.stacks_of(pid));
+    let stacks = recording.stacks_of(pid);
+    let (hot, whole) = chained(&stacks);
     assert!(
         hot >= 100,
         "{hot} samples of the hot method ({jdk} {flags:?})"
@@ -237,13 +246,7 @@ fn hot_methods_chain_to_thread_run(#[case] jdk: &str, #[case] flags: &[&str]) {
     assert!(
         whole as f64 >= 0.9 * hot as f64,
         "{whole} of {hot} hot samples show Thread.run -> ... -> the hot method ({jdk} {flags:?}); e.g.\n{}",
-        recording
-            .stacks_of(pid)
-            .iter()
-            .find(|s| s.frames.iter().any(|f| f == LEAF)
-                && !sparkprof_tests::contains_in_order(&s.frames, CHAIN))
-            .map(|s| s.frames.join(";"))
-            .unwrap_or_default()
+        not_chained(&stacks).first().cloned().unwrap_or_default()
     );
 }
 

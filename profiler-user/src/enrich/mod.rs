@@ -151,7 +151,9 @@ pub struct Enricher {
     driver_links: HashMap<u32, DriverLink>,
     /// An executor appeared since drivers were last matched.
     links_changed: bool,
-    /// Processes first seen in the current drain and already gone.
+    /// The current drain's processes that are reported exited with it
+    /// and name its samples: those first seen in it and already gone, and
+    /// those that exec'd another program since they were identified.
     gone: HashMap<u32, Arc<ProcessInfo>>,
     /// The kernel's word on which of `processes` exited.
     exits: Exits,

@@ -352,33 +352,35 @@ impl PingPong {
     }
 }
 
-/// `sparkprof record --pid PARENT --pid CHILD [--off-cpu]`.
+/// `sparkprof record`: of the ping-pong (`--pid PARENT --pid CHILD
+/// [--off-cpu]`), or of the whole host beside the Spark job.
 struct SparkprofRun(Recorder);
 
 impl SparkprofRun {
-    /// Starts sparkprof and waits until it records.
+    /// Starts sparkprof on the ping-pong and waits until it records.
     fn start(sparkprof: &Path, scratch: &Path, mode: Mode, pids: [u32; 2]) -> Result<Self> {
-        let dir = scratch.join(format!("record-{}", bench_unique()));
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut command = Command::new(sparkprof);
-        command
-            .arg("record")
-            .args(mode.args())
-            .args(["--pid", &pids[0].to_string(), "--pid", &pids[1].to_string()])
-            .arg("--output")
-            .arg(dir.join("profiles"))
-            .env("NO_COLOR", "1");
-        Recorder::start("sparkprof", command, dir, "recording on").map(Self)
+        let pids = [pids[0].to_string(), pids[1].to_string()];
+        let mut args: Vec<&str> = mode.args().to_vec();
+        args.extend(["--pid", &pids[0], "--pid", &pids[1]]);
+        Self::record(sparkprof, scratch, &args)
     }
 
     /// Starts whole-host `sparkprof record --off-cpu` at the Spark
     /// section's rate and waits until it records.
     fn start_host(sparkprof: &Path, scratch: &Path) -> Result<Self> {
+        let hz = SPARK_HZ.to_string();
+        Self::record(sparkprof, scratch, &["--off-cpu", "--frequency", &hz])
+    }
+
+    /// `sparkprof record ARGS` into a fresh directory under `scratch`,
+    /// once it records.
+    fn record(sparkprof: &Path, scratch: &Path, args: &[&str]) -> Result<Self> {
         let dir = scratch.join(format!("record-{}", bench_unique()));
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut command = Command::new(sparkprof);
         command
-            .args(["record", "--off-cpu", "--frequency", &SPARK_HZ.to_string()])
+            .arg("record")
+            .args(args)
             .arg("--output")
             .arg(dir.join("profiles"))
             .env("NO_COLOR", "1");

@@ -27,7 +27,7 @@ use anyhow::{Context as _, Result, bail};
 use sparkprof_tests::{
     Recorder, Recording,
     fake_executor::FakeExecutor,
-    spark::{Cluster, EventLog, SparkInstall},
+    spark::{Cluster, EventLog, Job, SparkInstall},
 };
 
 use super::job_cgroup::JobCgroup;
@@ -226,10 +226,7 @@ pub(super) fn job_pairs_then<T>(
                 None => None,
             };
             let cluster_before = group.usage()?;
-            let job = {
-                let _inside = group.enter()?;
-                cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT)
-            };
+            let job = run_job_in(&mut cluster, &group)?;
             let sparkprof_cpu = match (&running, before) {
                 (Some(r), Some((cpu, wall))) => Some((cpu_time(r.pid())? - cpu, wall.elapsed())),
                 _ => None,
@@ -242,19 +239,10 @@ pub(super) fn job_pairs_then<T>(
                 running.stop()?;
             }
             let log = EventLog::read(&job.event_log);
-            let span = |a: Option<u64>, b: Option<u64>, what: &str| -> Result<f64> {
-                match (a, b) {
-                    (Some(a), Some(b)) if b > a => Ok((b - a) as f64 / 1e3),
-                    _ => bail!("the event log {} has no {what}", job.event_log.display()),
-                }
-            };
             let run = JobRun {
-                jobs_s: span(
-                    log.first_job_submitted_ms,
-                    log.last_job_completed_ms,
-                    "job start and end",
-                )?,
-                app_s: span(
+                jobs_s: jobs_seconds(&job, &log)?,
+                app_s: span_seconds(
+                    &job,
                     log.app_start_ms,
                     log.app_end_ms,
                     "application start and end",
@@ -301,17 +289,31 @@ pub(super) fn job_pairs_then<T>(
 /// Runs the bench's Spark job on `cluster`, its processes in `group`;
 /// returns the event log's first-job-to-last-job seconds.
 pub(super) fn run_one_job(cluster: &mut Cluster, group: &JobCgroup) -> Result<f64> {
-    let job = {
-        let _inside = group.enter()?;
-        cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT)
-    };
-    let log = EventLog::read(&job.event_log);
-    match (log.first_job_submitted_ms, log.last_job_completed_ms) {
+    let job = run_job_in(cluster, group)?;
+    jobs_seconds(&job, &EventLog::read(&job.event_log))
+}
+
+/// The bench's Spark job on `cluster`, its processes in `group`.
+fn run_job_in(cluster: &mut Cluster, group: &JobCgroup) -> Result<Job> {
+    let _inside = group.enter()?;
+    Ok(cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT))
+}
+
+/// From the first job submitted to the last completed, in seconds.
+fn jobs_seconds(job: &Job, log: &EventLog) -> Result<f64> {
+    span_seconds(
+        job,
+        log.first_job_submitted_ms,
+        log.last_job_completed_ms,
+        "job start and end",
+    )
+}
+
+/// Seconds between two event-log times (ms) of `job`, `what` they are.
+fn span_seconds(job: &Job, start: Option<u64>, end: Option<u64>, what: &str) -> Result<f64> {
+    match (start, end) {
         (Some(a), Some(b)) if b > a => Ok((b - a) as f64 / 1e3),
-        _ => bail!(
-            "the event log {} has no job start and end",
-            job.event_log.display()
-        ),
+        _ => bail!("the event log {} has no {what}", job.event_log.display()),
     }
 }
 
