@@ -629,8 +629,12 @@ pub mod control {
     /// Moved on by userspace (its only writer) whenever it registers or
     /// forgets a JVM whose stacks the kernel walks or a followed CPython.
     pub const PROCESS_GENERATION: u32 = 1;
+    /// Non-zero once the `task_rename` tracepoint is attached: every
+    /// rename then moves the samplers' kept facts on, so they keep a
+    /// thread's comm too instead of reading it at every sample.
+    pub const COMM_KEPT: u32 = 2;
     /// Number of elements.
-    pub const COUNT: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 /// Depth the stack maps are compiled with (the kernel's default
 /// `perf_event_max_stack`); userspace rewrites it before loading.

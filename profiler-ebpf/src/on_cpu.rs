@@ -2,21 +2,22 @@
 //! every online CPU. Each sample adds one to the count of
 //! (tgid, tid, name epoch, user stack, kernel stack, comm).
 //!
-//! Beyond its two stack walks and the count, a sample needs three facts
+//! Beyond its two stack walks and the count, a sample needs four facts
 //! about its thread: whether its process is a JVM the kernel walks, whether
-//! it is a followed CPython, and the thread's name epoch. Each is a hash
-//! lookup, and for most samples all three miss. A busy thread is sampled
-//! many times in a row on one CPU, so each CPU keeps the facts of the
-//! thread it sampled last (`LAST_THREAD`), valid while two generations
-//! stand still: userspace moves one (in `ACTIVE_BUFFER`) on whenever it
-//! registers or forgets a process, the rename programs the other
-//! (`RENAME_GENERATION`) at every rename.
+//! it is a followed CPython, the thread's name epoch and its comm. The
+//! first three are hash lookups, and for most samples all three miss. A
+//! busy thread is sampled many times in a row on one CPU, so each CPU keeps
+//! the facts of the thread it sampled last (`LAST_THREAD`), valid while two
+//! generations stand still: userspace moves one (in `ACTIVE_BUFFER`) on
+//! whenever it registers or forgets a process, the rename programs the
+//! other (`RENAME_GENERATION`) at every rename of any thread, an exec's
+//! included (see `thread_names`).
 
 use aya_ebpf::{
     EbpfContext, Global,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::bpf_get_current_comm,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
     helpers::bpf_get_smp_processor_id,
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
     macros::{map, perf_event},
     maps::{Array, HashMap, PerCpuArray, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
@@ -51,8 +52,11 @@ pub struct ThreadFacts {
     /// `JVM` and `PYTHON` bits.
     kinds: u32,
     rename_generation: u64,
-    pub name_epoch: u32,
+    name_epoch: u32,
     _pad: u32,
+    /// The thread's comm: it changes only at a rename or an exec, both of
+    /// which move the rename generation on.
+    comm: [u8; COMM_LEN],
 }
 
 const JVM: u32 = 1;
@@ -111,7 +115,7 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     if facts.jvm() {
         walk_if_jvm(&ctx, tgid, buffer);
     }
-    count_sample(&ctx, buffer, tgid, 0, facts.name_epoch, facts.python());
+    count_sample(&ctx, buffer, tgid, 0, facts, facts.python());
     0
 }
 
@@ -133,29 +137,52 @@ pub fn thread_facts(tgid: u32, tid: u32) -> Option<&'static ThreadFacts> {
             tid,
             tgid,
             process_generation,
-            rename_generation,
+            rename_generation: settled(rename_generation),
             name_epoch: thread_epoch(tid),
             kinds: if is_walked_jvm(tgid) { JVM } else { 0 }
                 | if is_followed_python(tgid) { PYTHON } else { 0 },
             _pad: 0,
+            comm: bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]),
         };
     }
     Some(facts)
 }
 
+/// How long after a rename its comm is surely written: the rename programs
+/// run at `task_rename`, just *before* the kernel copies the new comm in
+/// (under the task's lock, a few instructions later), so a sample in
+/// between reads the old one.
+const RENAME_SETTLE_NS: u64 = 1_000_000;
+
+/// The rename generation to keep facts under: `rename_generation`, or, if
+/// that rename is younger than [`RENAME_SETTLE_NS`], one that no rename
+/// makes (so the next sample looks again instead of keeping a comm the
+/// rename may not have written yet). Renames are rare: the clock is read
+/// only when facts are looked up.
+#[inline(always)]
+fn settled(rename_generation: u64) -> u64 {
+    let now = unsafe { bpf_ktime_get_ns() };
+    if now.wrapping_sub(rename_generation) < RENAME_SETTLE_NS {
+        u64::MAX
+    } else {
+        rename_generation
+    }
+}
+
 /// Counts a sample of the current thread in `buffer`: with its user stack
 /// from `HOTSPOT_STACKS` (`hotspot_stack`, the kernel's own frame-pointer
-/// walk when `0`), its kernel stack, name epoch, Python stack (if `python`:
-/// its process is a followed CPython; a constant `false` in the JVM
-/// walker's programs keeps the Python walk out of them, and out of their
-/// verification) and comm.
+/// walk when `0`), its kernel stack, name epoch and comm (from `facts`,
+/// while `task_rename` keeps them true)
+/// and Python stack (if `python`: its process is a followed CPython; a
+/// constant `false` in the JVM walker's programs keeps the Python walk out
+/// of them, and out of their verification).
 #[inline(always)]
 pub fn count_sample(
     ctx: &PerfEventContext,
     buffer: u32,
     tgid: u32,
     hotspot_stack: u64,
-    name_epoch: u32,
+    facts: &ThreadFacts,
     python: bool,
 ) {
     let (counts, stacks) = if buffer == 0 {
@@ -163,37 +190,63 @@ pub fn count_sample(
     } else {
         (&COUNTS_1, &STACKS_1)
     };
+    let tid = facts.tid;
+    // The Python walk first: Linux 6.1's verifier walks its loop once per
+    // distinct state it reaches it in, and the branches below (a known
+    // -EFAULT or a stack id; a kept comm or a read one) would each double
+    // them, past its million instructions.
+    let python_stack = if python {
+        python_stack(
+            tgid,
+            tid,
+            &Pooled {
+                map: sample_stacks(buffer),
+                lost_stat: stat::PY_STACKS_LOST,
+            },
+        )
+    } else {
+        0
+    };
     let user_stack_id = if hotspot_stack == 0 {
         stack_id(ctx, stacks, BPF_F_USER_STACK as u64, stat::USER_STACK_LOST)
     } else {
         stack_error::EFAULT
     };
-    let kernel_stack_id = stack_id(ctx, stacks, 0, stat::KERNEL_STACK_LOST);
-    let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
-    let tid = ctx.pid();
+    let kernel_stack_id = if interrupted_user_mode(ctx) {
+        // No kernel frames to walk: the helper would find none and say so
+        // with the same -EFAULT, after taking and giving back a callchain
+        // buffer.
+        stack_error::EFAULT
+    } else {
+        stack_id(ctx, stacks, 0, stat::KERNEL_STACK_LOST)
+    };
     let key = SampleKey {
         tgid,
         tid,
         user_stack_id,
         kernel_stack_id,
-        name_epoch,
+        name_epoch: facts.name_epoch,
         flags: 0,
-        python_stack: if python {
-            python_stack(
-                tgid,
-                tid,
-                &Pooled {
-                    map: sample_stacks(buffer),
-                    lost_stat: stat::PY_STACKS_LOST,
-                },
-            )
-        } else {
-            0
-        },
+        python_stack,
         hotspot_stack,
-        comm,
+        comm: if control(control::COMM_KEPT) != 0 {
+            facts.comm
+        } else {
+            // No `task_rename` tracepoint: a rename would not move the
+            // kept facts on.
+            bpf_get_current_comm().unwrap_or([0u8; COMM_LEN])
+        },
     };
     add_one(ctx, counts, &key);
+}
+
+/// Whether the sample interrupted the thread in user mode: the privilege
+/// level in the low bits of its saved code segment (x86-64's `user_mode`).
+#[inline(always)]
+fn interrupted_user_mode(ctx: &PerfEventContext) -> bool {
+    let regs = ctx.as_ptr() as *const pt_regs;
+    let cs = unsafe { (*regs).cs };
+    cs & 3 != 0
 }
 
 /// Which buffer (0 or 1) every program writes its counts to now, or

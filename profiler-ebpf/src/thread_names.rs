@@ -51,7 +51,7 @@ static RENAMES: RingBuf = RingBuf::with_byte_size(RENAME_RING_BYTES, 0);
 static RENAME_WATCH_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_RENAME_WATCH_TGIDS, 0);
 
 /// Moved on at every rename: the samplers keep each CPU's last thread's
-/// epoch while it stands still (see `on_cpu`).
+/// epoch and comm while it stands still (see `on_cpu`).
 #[map]
 static RENAME_GENERATION: Array<u64> = Array::with_max_entries(1, 0);
 
@@ -115,6 +115,9 @@ pub fn jvm_thread_name(ctx: ProbeContext) -> u32 {
 /// `/proc/PID/task/TID/comm`).
 #[btf_tracepoint(function = "task_rename")]
 pub fn task_rename(ctx: BtfTracePointContext) -> i32 {
+    // Every rename on the host, an exec's included, changes a comm the
+    // samplers may keep (see `on_cpu`), watched or not.
+    renamed();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if unsafe { RENAME_WATCH_TGIDS.get(&tgid) }.is_none() {

@@ -140,3 +140,40 @@ fn kernel_frames_are_named_and_marked() {
         }
     }
 }
+
+/// A thread renamed mid-run is filed under each name for the time it had
+/// it. The sampler keeps the comm of the thread a CPU sampled last (a
+/// lone busy thread under `--pid` keeps it for the whole run): only the
+/// rename moving its generation on makes it read the new one.
+#[test]
+fn a_thread_renamed_mid_run_is_named_as_it_was_at_each_sample() {
+    let work = tempfile::tempdir().unwrap();
+    let rename = build_workload("rename", work.path());
+    let workload = Workload::start_ready(&rename, &["2"], "ready");
+    let pid = workload.pid();
+    let recorder = Recorder::start(&["--pid", &pid.to_string(), "--frequency", "99"]);
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let halves = workload.wait();
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+
+    let stacks = recording.stacks_of(pid);
+    let named = |name: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|s| s.frames.get(1).map(String::as_str) == Some(name))
+            .map(|s| s.count)
+            .sum()
+    };
+    let (before, after) = (named("beforename"), named("aftername"));
+    let total: u64 = stacks.iter().map(|s| s.count).sum();
+    // Each half is 2 CPU seconds: about 198 samples at 99 Hz.
+    assert!(
+        (140..=260).contains(&before) && (140..=260).contains(&after),
+        "{before} samples named beforename and {after} aftername, of {total} ({halves}): {stacks:#?}"
+    );
+    assert!(
+        before + after + 5 >= total,
+        "samples under neither name: {stacks:#?}"
+    );
+}

@@ -351,6 +351,14 @@ impl Collector {
             })?;
         let stats = take_map(&mut ebpf, names::STATS)?;
         let renames = RenameFeed::load(&mut ebpf, btf.as_ref())?;
+        if renames.tracepoint_attached() {
+            active_buffer
+                .set(control::COMM_KEPT, &1, 0)
+                .map_err(|source| CollectError::Map {
+                    name: names::ACTIVE_BUFFER,
+                    source,
+                })?;
+        }
         let python = PythonMaps::take(&mut ebpf)?;
         let hotspot = HotspotMaps::load(&mut ebpf)?;
         let off_cpu = match &off_cpu_globals {

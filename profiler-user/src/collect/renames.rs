@@ -190,11 +190,17 @@ impl RenameFeed {
         Ok(())
     }
 
-    /// Stops watching an exited process.
+    /// Whether the `task_rename` tracepoint is attached (it sees every
+    /// rename on the host, watched or not).
+    pub fn tracepoint_attached(&self) -> bool {
+        self.tracepoint.is_ok()
+    }
+
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("collect.rename_watched", self.watched.len());
     }
 
+    /// Stops watching an exited process.
     pub fn forget(&mut self, pid: u32) {
         if self.watched.remove(&pid) {
             let _ = self.watch.remove(&pid);
