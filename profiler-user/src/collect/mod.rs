@@ -343,21 +343,11 @@ impl Collector {
             take_map(&mut ebpf, names::STACKS[1])?,
         ];
         let mut active_buffer: Array<MapData, u32> = take_map(&mut ebpf, names::ACTIVE_BUFFER)?;
-        active_buffer
-            .set(control::BUFFER, &0, 0)
-            .map_err(|source| CollectError::Map {
-                name: names::ACTIVE_BUFFER,
-                source,
-            })?;
+        set_control(&mut active_buffer, control::BUFFER, 0)?;
         let stats = take_map(&mut ebpf, names::STATS)?;
         let renames = RenameFeed::load(&mut ebpf, btf.as_ref())?;
         if renames.tracepoint_attached() {
-            active_buffer
-                .set(control::COMM_KEPT, &1, 0)
-                .map_err(|source| CollectError::Map {
-                    name: names::ACTIVE_BUFFER,
-                    source,
-                })?;
+            set_control(&mut active_buffer, control::COMM_KEPT, 1)?;
         }
         let python = PythonMaps::take(&mut ebpf)?;
         let hotspot = HotspotMaps::load(&mut ebpf)?;
@@ -530,12 +520,11 @@ impl Collector {
     /// crate's `on_cpu`).
     fn processes_changed(&mut self) -> Result<(), CollectError> {
         self.process_generation = self.process_generation.wrapping_add(1);
-        self.active_buffer
-            .set(control::PROCESS_GENERATION, &self.process_generation, 0)
-            .map_err(|source| CollectError::Map {
-                name: names::ACTIVE_BUFFER,
-                source,
-            })
+        set_control(
+            &mut self.active_buffer,
+            control::PROCESS_GENERATION,
+            self.process_generation,
+        )
     }
 
     /// Switches the sampler to the other buffer and returns everything that
@@ -554,12 +543,7 @@ impl Collector {
     /// Points the programs at another buffer (or stops them), and waits
     /// until none still writes to the old one.
     fn set_active_buffer(&mut self, value: u32) -> Result<(), CollectError> {
-        self.active_buffer
-            .set(control::BUFFER, &value, 0)
-            .map_err(|source| CollectError::Map {
-                name: names::ACTIVE_BUFFER,
-                source,
-            })?;
+        set_control(&mut self.active_buffer, control::BUFFER, value)?;
         thread::sleep(FLIP_SETTLE);
         Ok(())
     }
@@ -693,6 +677,21 @@ impl Collector {
             hotspot_stacks_lost: sum(stat::HOTSPOT_STACKS_LOST),
         }
     }
+}
+
+/// Writes one word of `ACTIVE_BUFFER` (the `control` words every program
+/// reads).
+fn set_control(
+    active_buffer: &mut Array<MapData, u32>,
+    index: u32,
+    value: u32,
+) -> Result<(), CollectError> {
+    active_buffer
+        .set(index, &value, 0)
+        .map_err(|source| CollectError::Map {
+            name: names::ACTIVE_BUFFER,
+            source,
+        })
 }
 
 pub(crate) fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, CollectError>
