@@ -199,7 +199,7 @@ pub fn hotspot_walk(ctx: PerfEventContext) -> u32 {
     // Only if the finishing program is missing: the sample counts with a
     // frame-pointer walk.
     if let Some(facts) = thread_facts(ctx.tgid(), ctx.pid()) {
-        count_sample(&ctx, walk.buffer, ctx.tgid(), 0, facts, false);
+        count_sample(&ctx, walk.buffer, 0, facts, false);
     }
     0
 }
@@ -240,7 +240,7 @@ pub fn hotspot_finish(ctx: PerfEventContext) -> u32 {
     // The facts the sampler just kept on this CPU; a JVM: no Python
     // frames to look for.
     if let Some(facts) = thread_facts(ctx.tgid(), ctx.pid()) {
-        count_sample(&ctx, walk.buffer, ctx.tgid(), stack, facts, false);
+        count_sample(&ctx, walk.buffer, stack, facts, false);
     }
     0
 }

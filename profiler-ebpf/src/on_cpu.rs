@@ -115,7 +115,7 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
     if facts.jvm() {
         walk_if_jvm(&ctx, tgid, buffer);
     }
-    count_sample(&ctx, buffer, tgid, 0, facts, facts.python());
+    count_sample(&ctx, buffer, 0, facts, facts.python());
     0
 }
 
@@ -169,7 +169,7 @@ fn settled(rename_generation: u64) -> u64 {
     }
 }
 
-/// Counts a sample of the current thread in `buffer`: with its user stack
+/// Counts a sample of the current thread (`facts`) in `buffer`: with its user stack
 /// from `HOTSPOT_STACKS` (`hotspot_stack`, the kernel's own frame-pointer
 /// walk when `0`), its kernel stack, name epoch and comm (from `facts`,
 /// while `task_rename` keeps them true)
@@ -180,7 +180,6 @@ fn settled(rename_generation: u64) -> u64 {
 pub fn count_sample(
     ctx: &PerfEventContext,
     buffer: u32,
-    tgid: u32,
     hotspot_stack: u64,
     facts: &ThreadFacts,
     python: bool,
@@ -190,7 +189,7 @@ pub fn count_sample(
     } else {
         (&COUNTS_1, &STACKS_1)
     };
-    let tid = facts.tid;
+    let (tgid, tid) = (facts.tgid, facts.tid);
     // The Python walk first: Linux 6.1's verifier walks its loop once per
     // distinct state it reaches it in, and the branches below (a known
     // -EFAULT or a stack id; a kept comm or a read one) would each double
