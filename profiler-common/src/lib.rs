@@ -484,6 +484,17 @@ pub mod names {
     /// Global `u32`: offset of `pid` in `struct task_struct`, from the
     /// kernel's BTF (`0`: unknown).
     pub const TASK_STRUCT_PID_OFFSET: &str = "TASK_STRUCT_PID_OFFSET";
+    /// Global `u32`: offset of `tgid` in `struct task_struct`, from the
+    /// kernel's BTF (`sched_switch` reads it from `prev` and `next`).
+    pub const TASK_STRUCT_TGID_OFFSET: &str = "TASK_STRUCT_TGID_OFFSET";
+    /// Globals `u32`: offsets of `task_struct::se.cfs_rq`, `cfs_rq::rq`
+    /// and `rq::clock`, from the kernel's BTF; `u8` `SCHED_CLOCK_KNOWN`:
+    /// non-zero when all three are (`sched_switch` then times switches
+    /// by the run queue's clock).
+    pub const TASK_CFS_RQ_OFFSET: &str = "TASK_CFS_RQ_OFFSET";
+    pub const CFS_RQ_RQ_OFFSET: &str = "CFS_RQ_RQ_OFFSET";
+    pub const RQ_CLOCK_OFFSET: &str = "RQ_CLOCK_OFFSET";
+    pub const SCHED_CLOCK_KNOWN: &str = "SCHED_CLOCK_KNOWN";
     /// The `sched_switch` BTF tracepoint program: threads of interest leave
     /// and come back.
     pub const PROGRAM_SCHED_SWITCH: &str = "sched_switch";

@@ -17,6 +17,7 @@ mod off_cpu;
 mod on_cpu;
 mod python;
 mod stats;
+mod task;
 mod thread_names;
 mod user_memory;
 

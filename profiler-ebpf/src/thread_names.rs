@@ -19,7 +19,7 @@
 //!   processes userspace put in `RENAME_WATCH_TGIDS`.
 
 use aya_ebpf::{
-    EbpfContext, Global,
+    EbpfContext,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
         bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_str_bytes,
@@ -33,12 +33,7 @@ use profiler_common::{
     rename_source, stat,
 };
 
-use crate::stats::count_stat;
-
-/// Offset of `pid` in `struct task_struct`, from the kernel's BTF (0: not
-/// known). Rust eBPF has no CO-RE, so userspace reads it and sets it here.
-#[unsafe(no_mangle)]
-static TASK_STRUCT_PID_OFFSET: Global<u32> = Global::new(0);
+use crate::{stats::count_stat, task::TASK_STRUCT_PID_OFFSET};
 
 #[map]
 pub static THREAD_EPOCHS: LruHashMap<u32, u32> =

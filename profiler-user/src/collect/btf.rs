@@ -212,6 +212,18 @@ impl KernelTypes {
             })
     }
 
+    /// Where the run queue clock is reached from a task:
+    /// `[offset of task_struct::se.cfs_rq, of cfs_rq::rq, of rq::clock]`
+    /// (`se.cfs_rq` exists with `CONFIG_FAIR_GROUP_SCHED`).
+    pub fn run_queue_clock(&self) -> Result<[u32; 3], BtfError> {
+        Ok([
+            self.member_offset("task_struct", "se")?
+                + self.member_offset("sched_entity", "cfs_rq")?,
+            self.member_offset("cfs_rq", "rq")?,
+            self.member_offset("rq", "clock")?,
+        ])
+    }
+
     fn find_member(&self, id: u32, member: &str, depth: u32) -> Option<u32> {
         let ty = self.type_by_id(id)?;
         for field in &ty.members {
@@ -392,5 +404,18 @@ mod tests {
             assert!(kernel.has_tracepoint(event), "no btf_trace_{event}");
         }
         assert!(!kernel.has_tracepoint("no_such_event"));
+        // Where sched_switch reads its time (this kernel has
+        // CONFIG_FAIR_GROUP_SCHED, as distributions' do): `se.cfs_rq`
+        // lies inside `task_struct::se`.
+        let [cfs_rq, rq, clock] = kernel.run_queue_clock().unwrap();
+        let se = kernel.member_offset("task_struct", "se").unwrap();
+        assert!(
+            cfs_rq > se && cfs_rq < se + 512,
+            "se at {se}, se.cfs_rq at {cfs_rq}"
+        );
+        assert!(
+            rq > 0 && clock > 0,
+            "cfs_rq.rq at {rq}, rq.clock at {clock}"
+        );
     }
 }

@@ -248,20 +248,42 @@ impl Collector {
         // Every tracepoint program is BTF-typed: attached by the kernel's
         // BTF, with no tracefs mounted or needed.
         // The 5 MB file is read once: aya loads the programs by it, and
-        // the BTF reader finds the one struct offset they need.
+        // the BTF reader finds the struct offsets they need.
         let vmlinux = btf::read_vmlinux();
         let btf = match &vmlinux {
             Ok(bytes) => Btf::parse(bytes, Endianness::default())
                 .map_err(|err| format!("the kernel's BTF ({}) is unreadable: {err}", btf::VMLINUX)),
             Err(err) => Err(err.to_string()),
         };
-        let pid_offset = vmlinux
-            .and_then(|bytes| btf::KernelTypes::parse(&bytes))
-            .and_then(|types| types.member_offset("task_struct", "pid"))
-            .unwrap_or_else(|err| {
+        let types = vmlinux.and_then(|bytes| btf::KernelTypes::parse(&bytes));
+        let task_ids = match &types {
+            Ok(types) => types
+                .member_offset("task_struct", "pid")
+                .and_then(|pid| Ok((pid, types.member_offset("task_struct", "tgid")?)))
+                .map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        // Without CONFIG_FAIR_GROUP_SCHED (no `se.cfs_rq`) the switches
+        // are timed by bpf_ktime_get_ns.
+        let run_queue_clock = types
+            .as_ref()
+            .ok()
+            .and_then(|types| types.run_queue_clock().ok());
+        let sched_clock_known = u8::from(run_queue_clock.is_some());
+        let [task_cfs_rq, cfs_rq_rq, rq_clock] = run_queue_clock.unwrap_or_default();
+        let (pid_offset, tgid_offset) = match (&task_ids, &config.off_cpu) {
+            (Ok(offsets), _) => *offsets,
+            // `sched_switch` reads both ids of `prev` and `next` there.
+            (Err(err), Some(_)) => {
+                return Err(CollectError::OffCpuUnavailable(format!(
+                    "{err}: the ids of a task_struct are not known"
+                )));
+            }
+            (Err(err), None) => {
                 warn!("{err}: renames of a thread by another one will be lost");
-                0
-            });
+                (0, 0)
+            }
+        };
         let off_cpu_globals = match &config.off_cpu {
             Some(off_cpu) => Some(
                 OffCpuGlobals::read(off_cpu.min_block).map_err(CollectError::OffCpuUnavailable)?,
@@ -300,6 +322,11 @@ impl Collector {
             }
         }
         loader.override_global(names::TASK_STRUCT_PID_OFFSET, &pid_offset, true);
+        loader.override_global(names::TASK_STRUCT_TGID_OFFSET, &tgid_offset, true);
+        loader.override_global(names::TASK_CFS_RQ_OFFSET, &task_cfs_rq, true);
+        loader.override_global(names::CFS_RQ_RQ_OFFSET, &cfs_rq_rq, true);
+        loader.override_global(names::RQ_CLOCK_OFFSET, &rq_clock, true);
+        loader.override_global(names::SCHED_CLOCK_KNOWN, &sched_clock_known, true);
         for name in names::COUNTS {
             loader.map_max_entries(name, config.count_map_entries);
         }
