@@ -378,7 +378,9 @@ pub struct OffCpuStart {
     /// only then is a thread not found here looked for there.
     pub spilled: u32,
     pub _pad: u32,
-    /// `bpf_ktime_get_ns` at switch-out; `0`: no period open.
+    /// The time of its switch-out (the run queue's clock, or
+    /// `bpf_ktime_get_ns` where that is not known: only compared with the
+    /// same clock at its switch-in); `0`: no period open.
     pub ktime_ns: u64,
     pub tid: u32,
     pub tgid: u32,
