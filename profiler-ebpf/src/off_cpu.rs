@@ -355,7 +355,7 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     if watched(task::tgid(next_task)).is_none() {
         return;
     }
-    // The typed `next` pointer is only compared, as a key.
+    // Its slot is found by its address, as a number.
     let next = as_number(ctx.arg(2));
     let Some(slot) = slot_of(next) else {
         return;
