@@ -467,6 +467,12 @@ fn user_stack(ip: u64, sp: u64, bp: u64) -> u64 {
         };
     }
     stack.len = len as u32;
+    // Read back: the walk above can end at any of its frames, and with
+    // the length it ended with known, the verifier checks the loop below
+    // once per length. That is most of what it checks in this program:
+    // with two more sites per slot it went past its million instructions
+    // here (Linux 6.18). A value read back from a map is any length.
+    let len = unsafe { core::ptr::read_volatile(&stack.len) } as usize;
     let mut hash: u64 = FNV_OFFSET ^ u64::from(stack.scanned);
     for index in 0..OFFCPU_USER_DEPTH {
         if index >= len {
