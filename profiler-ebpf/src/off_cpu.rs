@@ -259,10 +259,11 @@ fn free_slot(task: u64) {
 #[inline(always)]
 fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     let prev: *const task_struct = ctx.arg(1);
-    let (tid, tgid) = task::ids(prev);
+    let tgid = task::tgid(prev);
     let Some(python) = watched(tgid) else {
         return;
     };
+    let tid = task::pid(prev);
     let task = as_number(ctx.arg(1));
     let prev_state: u64 = ctx.arg(3);
     if prev_state as u32 & TASK_DEAD != 0 {

@@ -18,34 +18,22 @@ pub static TASK_STRUCT_PID_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static TASK_STRUCT_TGID_OFFSET: Global<u32> = Global::new(0);
 
-/// `task->pid` and `task->tgid` of a task the kernel handed over typed.
+/// A `u32` field of a task the kernel handed over typed, at `offset`.
 #[inline(always)]
-pub fn ids(task: *const task_struct) -> (u32, u32) {
-    let base = task as *const u8;
-    unsafe {
-        (
-            core::ptr::read_volatile(
-                base.add(TASK_STRUCT_PID_OFFSET.load() as usize)
-                    .cast::<u32>(),
-            ),
-            core::ptr::read_volatile(
-                base.add(TASK_STRUCT_TGID_OFFSET.load() as usize)
-                    .cast::<u32>(),
-            ),
-        )
-    }
+fn field_u32(task: *const task_struct, offset: u32) -> u32 {
+    unsafe { core::ptr::read_volatile((task as *const u8).add(offset as usize).cast::<u32>()) }
 }
 
-/// `task->tgid` alone.
+/// `task->pid`, the thread id.
+#[inline(always)]
+pub fn pid(task: *const task_struct) -> u32 {
+    field_u32(task, TASK_STRUCT_PID_OFFSET.load())
+}
+
+/// `task->tgid`, the process id.
 #[inline(always)]
 pub fn tgid(task: *const task_struct) -> u32 {
-    let base = task as *const u8;
-    unsafe {
-        core::ptr::read_volatile(
-            base.add(TASK_STRUCT_TGID_OFFSET.load() as usize)
-                .cast::<u32>(),
-        )
-    }
+    field_u32(task, TASK_STRUCT_TGID_OFFSET.load())
 }
 
 /// Where a task's run queue clock lies: `task->se.cfs_rq` (in

@@ -20,8 +20,9 @@
 
 use aya_ebpf::{
     EbpfContext,
+    bindings::task_struct,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_str_bytes,
     },
     macros::{btf_tracepoint, map, uprobe},
@@ -33,7 +34,10 @@ use profiler_common::{
     rename_source, stat,
 };
 
-use crate::{stats::count_stat, task::TASK_STRUCT_PID_OFFSET};
+use crate::{
+    stats::count_stat,
+    task::{self, TASK_STRUCT_PID_OFFSET},
+};
 
 #[map]
 pub static THREAD_EPOCHS: LruHashMap<u32, u32> =
@@ -123,7 +127,7 @@ pub fn task_rename(ctx: BtfTracePointContext) -> i32 {
     let tid = if task == unsafe { bpf_get_current_task() } {
         pid_tgid as u32
     } else {
-        match renamed_tid(task) {
+        match renamed_tid(ctx.arg(0)) {
             Some(tid) => tid,
             None => return 0,
         }
@@ -136,14 +140,13 @@ pub fn task_rename(ctx: BtfTracePointContext) -> i32 {
 
 /// The thread id of another task (`task->pid`), if its offset is known.
 #[inline(always)]
-fn renamed_tid(task: u64) -> Option<u32> {
-    let offset = TASK_STRUCT_PID_OFFSET.load();
-    if offset == 0 {
+fn renamed_tid(task: *const task_struct) -> Option<u32> {
+    if TASK_STRUCT_PID_OFFSET.load() == 0 {
         count_stat(stat::RENAMES_LOST);
         return None;
     }
-    match unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const i32) } {
-        Ok(pid) if pid > 0 => Some(pid as u32),
+    match task::pid(task) as i32 {
+        pid if pid > 0 => Some(pid as u32),
         _ => {
             count_stat(stat::RENAMES_LOST);
             None

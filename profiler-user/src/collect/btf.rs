@@ -212,6 +212,14 @@ impl KernelTypes {
             })
     }
 
+    /// Where a task's ids are: `[offset of task_struct::pid, of ::tgid]`.
+    pub fn task_ids(&self) -> Result<[u32; 2], BtfError> {
+        Ok([
+            self.member_offset("task_struct", "pid")?,
+            self.member_offset("task_struct", "tgid")?,
+        ])
+    }
+
     /// Where the run queue clock is reached from a task:
     /// `[offset of task_struct::se.cfs_rq, of cfs_rq::rq, of rq::clock]`
     /// (`se.cfs_rq` exists with `CONFIG_FAIR_GROUP_SCHED`).
@@ -396,8 +404,7 @@ mod tests {
     #[test]
     fn reads_this_kernels_task_struct() {
         let kernel = KernelTypes::read().expect("the kernel's BTF at /sys/kernel/btf/vmlinux");
-        let pid = kernel.member_offset("task_struct", "pid").unwrap();
-        let tgid = kernel.member_offset("task_struct", "tgid").unwrap();
+        let [pid, tgid] = kernel.task_ids().unwrap();
         assert!(pid > 0, "task_struct.pid at {pid}");
         assert_eq!(tgid, pid + 4);
         for event in ["sched_switch", "sched_process_exit", "task_rename"] {

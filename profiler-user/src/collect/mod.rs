@@ -257,10 +257,7 @@ impl Collector {
         };
         let types = vmlinux.and_then(|bytes| btf::KernelTypes::parse(&bytes));
         let task_ids = match &types {
-            Ok(types) => types
-                .member_offset("task_struct", "pid")
-                .and_then(|pid| Ok((pid, types.member_offset("task_struct", "tgid")?)))
-                .map_err(|err| err.to_string()),
+            Ok(types) => types.task_ids().map_err(|err| err.to_string()),
             Err(err) => Err(err.to_string()),
         };
         // Without CONFIG_FAIR_GROUP_SCHED (no `se.cfs_rq`) the switches
@@ -271,7 +268,7 @@ impl Collector {
             .and_then(|types| types.run_queue_clock().ok());
         let sched_clock_known = u8::from(run_queue_clock.is_some());
         let [task_cfs_rq, cfs_rq_rq, rq_clock] = run_queue_clock.unwrap_or_default();
-        let (pid_offset, tgid_offset) = match (&task_ids, &config.off_cpu) {
+        let [pid_offset, tgid_offset] = match (&task_ids, &config.off_cpu) {
             (Ok(offsets), _) => *offsets,
             // `sched_switch` reads both ids of `prev` and `next` there.
             (Err(err), Some(_)) => {
@@ -281,7 +278,7 @@ impl Collector {
             }
             (Err(err), None) => {
                 warn!("{err}: renames of a thread by another one will be lost");
-                (0, 0)
+                [0, 0]
             }
         };
         let off_cpu_globals = match &config.off_cpu {
