@@ -358,6 +358,34 @@ pub struct OffCpuSite {
     pub stack: u64,
 }
 
+/// The kernel stack of a thread's last counted wait, and what it was read
+/// for. Reading a blocked thread's kernel stack (the kernel's unwinder)
+/// cost more than half of the program's time on a Spark host, and a
+/// thread mostly waits the same way again: in the same system call with
+/// the same first argument (its own futex, the same file descriptor) and
+/// the same state, which take the same kernel path whatever user code
+/// made the call. Such a wait reuses the stack for `OFFCPU_SITE_TTL_NS`
+/// after it was read, as a site reuses its user stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuKernelWait {
+    /// The system call (`orig_ax`; -1 outside one) and its first argument.
+    pub syscall: u64,
+    pub arg: u64,
+    /// When the stack was read; `0`: never.
+    pub read_ns: u64,
+    /// Its key in `OFFCPU_KERNEL_STACKS`.
+    pub stack: u64,
+    /// The wait's state (see [`OffCpuKey::state`]).
+    pub state: u32,
+    pub _pad: u32,
+}
+
+/// Kernel stacks remembered per thread (see [`OffCpuKernelWait`]): a
+/// thread that alternates between two waits (a lock and a condition, a
+/// socket and a timer) keeps both.
+pub const OFFCPU_KERNEL_WAITS: usize = 2;
+
 /// Sites remembered per thread: a thread that is preempted on its way to
 /// a wait (a writer woken reader, for one) alternates between two.
 pub const OFFCPU_SITES: usize = 2;
@@ -392,7 +420,10 @@ pub struct OffCpuStart {
     /// followed CPython thread: unlike the native stack, a Python chain
     /// cannot be told apart by registers), `0` for none.
     pub python_stack: u64,
+    /// The first argument of the system call the open period left in.
+    pub arg: u64,
     pub sites: [OffCpuSite; OFFCPU_SITES],
+    pub kernel_waits: [OffCpuKernelWait; OFFCPU_KERNEL_WAITS],
     pub comm: [u8; COMM_LEN],
 }
 
@@ -451,8 +482,11 @@ pub mod stat {
     /// Of those, stacks lost to a full `HOTSPOT_STACKS` map (the sample
     /// still counts, with a frame-pointer walk of its user stack).
     pub const HOTSPOT_STACKS_LOST: u32 = 16;
+    /// Counted waits whose kernel stack was read (the others had none, or
+    /// reused the one read for their site: see `OffCpuSite::kernel_stack`).
+    pub const OFFCPU_KERNEL_READS: u32 = 17;
     /// Number of statistics.
-    pub const COUNT: u32 = 17;
+    pub const COUNT: u32 = 18;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -694,9 +728,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<OffCpuKey>(), 3 * 8 + 4 * 4 + COMM_LEN);
         assert_eq!(core::mem::size_of::<OffCpuUserStack>(), 1016);
         assert_eq!(core::mem::size_of::<OffCpuSite>(), 48);
+        assert_eq!(core::mem::size_of::<OffCpuKernelWait>(), 4 * 8 + 2 * 4);
         assert_eq!(
             core::mem::size_of::<OffCpuStart>(),
-            8 + 2 * 4 + 8 + 4 * 4 + 8 + 48 * OFFCPU_SITES + COMM_LEN
+            8 + 2 * 4 + 8 + 4 * 4 + 8 + 8 + 48 * OFFCPU_SITES + 40 * OFFCPU_KERNEL_WAITS + COMM_LEN
         );
     }
 

@@ -16,8 +16,11 @@
 //! - `next` with an open slot: if it was away at least
 //!   `OFFCPU_MIN_BLOCK_NS`, its kernel stack (still the one it blocked in:
 //!   it has not run since) is read with `bpf_get_task_stack` (not for a
-//!   thread rescheduled on its way back to user mode), and the time
-//!   is added to `(thread, stacks, epoch, state)` in the active buffer.
+//!   thread rescheduled on its way back to user mode; and not again for
+//!   a wait like one of its last two, see `OffCpuKernelWait`: the
+//!   unwinder was more than half of this program's time on a Spark host),
+//!   and the time is added to `(thread, stacks, epoch, state)` in the
+//!   active buffer.
 //!   Shorter periods cost one slot read.
 //!
 //! A switch between two watched threads that were away briefly (a
@@ -48,8 +51,9 @@ use profiler_common::{
     COMM_LEN, DEFAULT_OFFCPU_COUNT_ENTRIES, DEFAULT_OFFCPU_STACK_ENTRIES, DEFAULT_OFFCPU_THREADS,
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_RING_BYTES, OFFCPU_KERNEL_STACK_ENTRIES,
     OFFCPU_PY_RING_BYTES, OFFCPU_PY_STACK_ENTRIES, OFFCPU_SITE_TTL_NS, OFFCPU_SPILLED_THREADS,
-    OFFCPU_USER_DEPTH, OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack, OffCpuKey,
-    OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, offcpu_thread_index, stat,
+    OFFCPU_USER_DEPTH, OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack,
+    OffCpuKernelWait, OffCpuKey, OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, STACK_LOST,
+    offcpu_thread_index, stat,
 };
 
 use crate::{
@@ -300,7 +304,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         count_stat(stat::OFFCPU_SWITCHES);
         return;
     }
-    let (ip, sp, bp, syscall) = user_registers(prev);
+    let (ip, sp, bp, syscall, arg) = user_registers(prev);
     let fresh = |site: &OffCpuSite| {
         site.walked_ns != 0
             && now.wrapping_sub(site.walked_ns) < OFFCPU_SITE_TTL_NS
@@ -329,6 +333,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         older
     };
     slot.site = index as u32;
+    slot.arg = arg;
     slot.python_stack = if python {
         python_stack(
             tgid,
@@ -380,8 +385,10 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         // switch-in.
         kernel_stack: if slot.state == 0 {
             0
-        } else {
+        } else if slot.site == NO_SITE {
             kernel_stack(next_task)
+        } else {
+            site_kernel_stack(slot, next_task, *now)
         },
         user_stack: if slot.site == NO_SITE {
             0
@@ -408,18 +415,66 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     }
 }
 
-/// The current thread's user-mode instruction, stack and frame pointers
-/// and system call number (the registers saved on kernel entry): what
-/// tells its sites apart without reading its memory (a read of user
-/// memory costs more here than all the rest of a switch-out).
+/// The kernel stack of `slot`'s open period (a wait from a site): one
+/// read for a recent counted wait of the thread in the same system call,
+/// with the same first argument and state (see `OffCpuKernelWait`); else
+/// read now and kept in place of the older.
 #[inline(always)]
-fn user_registers(task: *const task_struct) -> (u64, u64, u64, u64) {
+fn site_kernel_stack(slot: &mut OffCpuStart, next: *mut task_struct, now: u64) -> u64 {
+    let (arg, state) = (slot.arg, slot.state);
+    let syscall = slot.sites[(slot.site & 1) as usize].syscall;
+    // Outside a system call (a page fault) the registers do not say what
+    // the kernel waits for.
+    let same = |kept: &OffCpuKernelWait| {
+        syscall != NO_SYSCALL
+            && kept.read_ns != 0
+            && now.wrapping_sub(kept.read_ns) < OFFCPU_SITE_TTL_NS
+            && kept.syscall == syscall
+            && kept.arg == arg
+            && kept.state == state
+    };
+    let waits = &mut slot.kernel_waits;
+    if same(&waits[0]) {
+        return waits[0].stack;
+    }
+    if same(&waits[1]) {
+        return waits[1].stack;
+    }
+    let stack = kernel_stack(next);
+    // A stack its ring had no room for is not kept: the next wait tries
+    // again.
+    if stack != 0 && stack != STACK_LOST {
+        waits[usize::from(waits[1].read_ns < waits[0].read_ns)] = OffCpuKernelWait {
+            syscall,
+            arg,
+            read_ns: now,
+            stack,
+            state,
+            _pad: 0,
+        };
+    }
+    stack
+}
+
+/// The current thread's user-mode instruction, stack and frame pointers,
+/// system call number and first argument (the registers saved on kernel
+/// entry): what tells its sites, and its waits' kernel paths, apart
+/// without reading its memory (a read of user memory costs more here than
+/// all the rest of a switch-out).
+#[inline(always)]
+fn user_registers(task: *const task_struct) -> (u64, u64, u64, u64, u64) {
     unsafe {
         let regs = bpf_task_pt_regs(task as *mut task_struct) as *const pt_regs;
         if regs.is_null() {
-            return (0, 0, 0, 0);
+            return (0, 0, 0, 0, 0);
         }
-        ((*regs).rip, (*regs).rsp, (*regs).rbp, (*regs).orig_rax)
+        (
+            (*regs).rip,
+            (*regs).rsp,
+            (*regs).rbp,
+            (*regs).orig_rax,
+            (*regs).rdi,
+        )
     }
 }
 
@@ -608,6 +663,7 @@ fn kernel_stack(next: *mut task_struct) -> u64 {
     };
     let scratch = unsafe { &mut *scratch };
     let size = core::mem::size_of::<OffCpuKernelStack>() as u32;
+    count_stat(stat::OFFCPU_KERNEL_READS);
     let written = unsafe { bpf_get_task_stack(next, scratch.ips.as_mut_ptr().cast(), size, 0) };
     if written <= 0 {
         return 0;
@@ -630,6 +686,10 @@ fn kernel_stack(next: *mut task_struct) -> u64 {
     }
     .file(hash, scratch)
 }
+
+/// `orig_ax` of a thread that entered the kernel other than by a system
+/// call.
+const NO_SYSCALL: u64 = u64::MAX;
 
 /// `OffCpuStart::site` of a period opened without a user stack.
 const NO_SITE: u32 = u32::MAX;

@@ -110,7 +110,7 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 10] = [
+    let checks: [(&str, Check); 11] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
@@ -125,6 +125,10 @@ fn main() -> ExitCode {
         (
             "off_cpu_scan_past_decoys",
             off_cpu::check_off_cpu_scan_past_decoys,
+        ),
+        (
+            "off_cpu_kernel_stacks_per_wait",
+            off_cpu::check_off_cpu_kernel_stacks_per_wait,
         ),
         ("off_cpu_python_frames", python::check_off_cpu_python),
         ("task_rename_tracepoint", renames::check_task_rename),

@@ -326,3 +326,169 @@ pub fn check_off_cpu_scan_past_decoys(
     }
     Ok(found.join("; "))
 }
+
+/// Rounds of the three waits in `check_off_cpu_kernel_stacks_per_wait`.
+const WAIT_ROUNDS: u32 = 8;
+/// How long each wait lasts.
+const WAIT: Duration = Duration::from_millis(10);
+/// Reads of one pipe in a row, after the rotation.
+const REPEATS: u32 = 20;
+
+/// One thread waits in turn in nanosleep, in `read` on a pipe and in
+/// `read` on a UNIX socket (the same system call, another descriptor), each
+/// from a function of its own; then another reads one pipe again and
+/// again. The program keeps a thread's kernel stacks for its last two
+/// kinds of wait (system call, first argument, state) and reuses them:
+/// each wait must still show its own kernel path (`hrtimer_nanosleep`,
+/// `pipe_read`, `unix_stream_read_generic`, told from the user function it
+/// came from), and the repeated reads must reuse one read of it. The third
+/// kind pushes out the older of the two kept: a wait that came back to a
+/// stack kept for another would show here.
+pub fn check_off_cpu_kernel_stacks_per_wait(
+    collector: &mut Collector,
+    _pid: u32,
+) -> Result<String, String> {
+    use std::{io::Write as _, os::fd::AsRawFd as _};
+    let pipe = |what: &str| std::io::pipe().map_err(|err| format!("creating {what}: {err}"));
+    let (pipe_read, mut pipe_write) = pipe("a pipe")?;
+    let (socket_read, mut socket_write) = std::os::unix::net::UnixStream::pair()
+        .map_err(|err| format!("creating a socket pair: {err}"))?;
+    let (pipe_fd, socket_fd) = (pipe_read.as_raw_fd(), socket_read.as_raw_fd());
+    // The waiter says which descriptor it is about to wait on; this writer
+    // writes a byte to it a wait later.
+    let (wait_tx, wait_rx) = std::sync::mpsc::channel::<i32>();
+    let writer = std::thread::spawn(move || {
+        while let Ok(fd) = wait_rx.recv() {
+            std::thread::sleep(WAIT);
+            let written = if fd == pipe_fd {
+                pipe_write.write(b"x")
+            } else {
+                socket_write.write(b"x")
+            };
+            if written.is_err() {
+                return;
+            }
+        }
+    });
+    drain(collector)?;
+    let before = collector.stats();
+    let rotation = Worker::spawn(move |_| {
+        for _ in 0..WAIT_ROUNDS {
+            workload::sparkprof_vm_wait_in_nanosleep(WAIT);
+            let _ = wait_tx.send(pipe_fd);
+            workload::sparkprof_vm_wait_in_pipe_read(pipe_fd);
+            let _ = wait_tx.send(socket_fd);
+            workload::sparkprof_vm_wait_in_socket_read(socket_fd);
+        }
+    });
+    let tid = rotation.tid;
+    rotation.finish();
+    writer
+        .join()
+        .map_err(|_| "the writer thread panicked".to_owned())?;
+    let mut samples = drain(collector)?.samples;
+    let middle = collector.stats();
+
+    let (again_read, mut again_write) = pipe("a pipe")?;
+    let again_fd = again_read.as_raw_fd();
+    let again_writer = std::thread::spawn(move || {
+        for _ in 0..REPEATS {
+            std::thread::sleep(WAIT);
+            if again_write.write(b"x").is_err() {
+                return;
+            }
+        }
+    });
+    let repeated = Worker::spawn(move |_| {
+        for _ in 0..REPEATS {
+            workload::sparkprof_vm_wait_in_pipe_read(again_fd);
+        }
+    });
+    let repeated_tid = repeated.tid;
+    repeated.finish();
+    let _ = again_writer.join();
+    drop((again_read, pipe_read, socket_read));
+    samples.extend(drain(collector)?.samples);
+    let after = collector.stats();
+
+    let functions = [
+        "sparkprof_vm_wait_in_nanosleep",
+        "sparkprof_vm_wait_in_pipe_read",
+        "sparkprof_vm_wait_in_socket_read",
+    ];
+    let ranges: Vec<std::ops::Range<u64>> = [
+        workload::sparkprof_vm_wait_in_nanosleep as *const () as u64,
+        workload::sparkprof_vm_wait_in_pipe_read as *const () as u64,
+        workload::sparkprof_vm_wait_in_socket_read as *const () as u64,
+    ]
+    .into_iter()
+    .zip(functions)
+    .map(|(address, name)| workload::function_range(name, address))
+    .collect::<Result<_, _>>()?;
+    // Which wait a count is: the function it came from.
+    let wait_of = |sample: &RawSample| -> Option<usize> {
+        let RawStack::Frames { ips, .. } = &sample.user else {
+            return None;
+        };
+        (0..functions.len()).find(|&wait| {
+            ips.iter()
+                .any(|&ip| ranges[wait].contains(&ip.wrapping_sub(1)))
+        })
+    };
+    let expected = ["hrtimer_nanosleep", "pipe_read", "unix_stream_read_generic"];
+    let mut kernel = sparkprof::symbolize::kernel::KernelSymbolizer::new();
+    let mut totals = [0u64; 3];
+    let mut wrong = Vec::new();
+    let mut unknown = Vec::new();
+    for sample in asleep_of(&samples, tid)
+        .into_iter()
+        .chain(asleep_of(&samples, repeated_tid))
+    {
+        let Some(wait) = wait_of(sample) else {
+            unknown.push(format!("{} us, user {:x?}", sample.count, sample.user));
+            continue;
+        };
+        let names: Vec<std::sync::Arc<str>> = match &sample.kernel {
+            RawStack::Frames { ips, .. } => {
+                kernel.resolve(ips);
+                ips.iter().map(|&ip| kernel.name(ip)).collect()
+            }
+            other => vec![format!("{other:?}").into()],
+        };
+        // Linux 6.16 renamed a pipe's `pipe_read` to `anon_pipe_read`.
+        if names.iter().any(|name| name.contains(expected[wait])) {
+            totals[wait] += sample.count;
+        } else {
+            wrong.push(format!(
+                "{} us from {} in {names:?}",
+                sample.count, functions[wait]
+            ));
+        }
+    }
+    let least = u64::from(WAIT_ROUNDS) * WAIT.as_micros() as u64 * 3 / 4;
+    if !wrong.is_empty() || totals.iter().any(|&total| total < least) {
+        return Err(format!(
+            "waits in {functions:?} with their own kernel frames {expected:?}: {totals:?} us \
+             (each at least {least}); with other kernel frames: {wrong:?}; from none of them: \
+             {unknown:?} (the functions at {ranges:x?})"
+        ));
+    }
+    // The repeated reads: one kernel stack read for them, where each read
+    // its own would make `REPEATS`. The process's other threads wait too
+    // meanwhile (the writer in nanosleep, this one for the others), a read
+    // or two each.
+    let repeated_reads = after.offcpu_kernel_reads - middle.offcpu_kernel_reads;
+    if repeated_reads >= u64::from(REPEATS / 2) {
+        return Err(format!(
+            "{REPEATS} reads of one pipe in a row, {repeated_reads} kernel stacks read meanwhile: \
+             the stack of the first read was not reused"
+        ));
+    }
+    Ok(format!(
+        "{totals:?} us in nanosleep, a pipe read and a socket read, each with its own kernel \
+         frames ({} kernel stacks read for {} waits in turn); then {REPEATS} pipe reads in a row, \
+         {repeated_reads} kernel stacks read meanwhile",
+        middle.offcpu_kernel_reads - before.offcpu_kernel_reads,
+        3 * WAIT_ROUNDS
+    ))
+}

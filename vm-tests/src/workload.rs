@@ -263,3 +263,42 @@ pub fn sparkprof_vm_sleep_among_decoys(each: Duration, saved: bool) -> DecoyWait
     std::hint::black_box(&ts);
     DecoyWait { expected_caller }
 }
+
+/// Blocks in `read` on `fd` (a pipe or a socket) until a byte comes.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_wait_in_read(fd: i32) {
+    let mut byte = 0u8;
+    // SAFETY: one byte into a local.
+    unsafe { libc::read(fd, (&raw mut byte).cast(), 1) };
+    std::hint::black_box(byte);
+}
+
+/// [`sparkprof_vm_wait_in_read`] on a pipe, from a function of its own
+/// (the frame-pointer walk names the caller of a function that calls
+/// `read`, not that function: glibc's `read` keeps no frame record).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_wait_in_pipe_read(fd: i32) {
+    sparkprof_vm_wait_in_read(fd);
+    std::hint::black_box(fd);
+}
+
+/// The same on a socket, under a padded frame: at the pipe's stack
+/// pointer the program would take it for the pipe's site, and show the
+/// pipe's user stack (see `OffCpuSite`).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_wait_in_socket_read(fd: i32) {
+    let pad = std::hint::black_box([0u8; 256]);
+    sparkprof_vm_wait_in_read(fd);
+    std::hint::black_box(&pad);
+}
+
+/// Sleeps `each` in nanosleep, from a function of its own.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_wait_in_nanosleep(each: Duration) {
+    thread::sleep(each);
+    std::hint::black_box(each);
+}

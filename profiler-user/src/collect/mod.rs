@@ -192,6 +192,9 @@ pub struct KernelStats {
     /// Switch-outs whose user stack was walked; the others reused their
     /// site's last walk.
     pub offcpu_user_walks: u64,
+    /// Counted off-CPU periods whose kernel stack was read; the others had
+    /// none or reused the one read for the last wait from their site.
+    pub offcpu_kernel_reads: u64,
     /// Off-CPU stacks lost to stack-map collisions (the time still counts).
     pub offcpu_stacks_lost: u64,
     /// On-CPU samples of JVMs whose stacks the kernel walked through Java frames.
@@ -696,6 +699,7 @@ impl Collector {
             offcpu_dropped_count_map_full: sum(stat::OFFCPU_COUNT_MAP_FULL),
             offcpu_threads_full: sum(stat::OFFCPU_THREADS_FULL),
             offcpu_user_walks: sum(stat::OFFCPU_USER_WALKS),
+            offcpu_kernel_reads: sum(stat::OFFCPU_KERNEL_READS),
             offcpu_stacks_lost: sum(stat::OFFCPU_STACKS_LOST),
             hotspot_walks: sum(stat::HOTSPOT_WALKS),
             hotspot_stacks_lost: sum(stat::HOTSPOT_STACKS_LOST),

@@ -108,6 +108,7 @@ pub struct Stats {
     pub offcpu_switches: u64,
     pub offcpu_short: u64,
     pub offcpu_user_walks: u64,
+    pub offcpu_kernel_reads: u64,
 }
 
 /// One interleaved pair of ping-pong runs (seconds of round trips), with
@@ -402,6 +403,7 @@ impl SparkprofRun {
             offcpu_switches: field("offcpu_switches"),
             offcpu_short: field("offcpu_short"),
             offcpu_user_walks: field("offcpu_user_walks"),
+            offcpu_kernel_reads: field("offcpu_kernel_reads"),
         };
         self.0.remove_output();
         Ok(stats)
@@ -607,7 +609,9 @@ impl SparkKernelCost {
             "\nThe whole recording (a little longer than the job) saw {} switch-outs of watched \
              threads (index.json `offcpu_switches`), {} of them back within {MIN_BLOCK_US} µs \
              (`offcpu_short`); it walked a user stack at {} ({:.1} % of the switch-outs; \
-             `offcpu_user_walks`), and took {} on-CPU samples.\n",
+             `offcpu_user_walks`), read a kernel stack for {} of the {} periods it counted \
+             (`offcpu_kernel_reads`; the others reused one read for a like wait of the thread, \
+             or had none), and took {} on-CPU samples.\n",
             s.offcpu_switches,
             s.offcpu_short,
             s.offcpu_user_walks,
@@ -616,6 +620,8 @@ impl SparkKernelCost {
             } else {
                 100.0 * s.offcpu_user_walks as f64 / s.offcpu_switches as f64
             },
+            s.offcpu_kernel_reads,
+            s.offcpu_switches.saturating_sub(s.offcpu_short),
             s.samples
         );
         text
@@ -784,6 +790,7 @@ mod tests {
                 offcpu_switches: 400_000,
                 offcpu_short: 399_000,
                 offcpu_user_walks: 12,
+                offcpu_kernel_reads: 400,
             },
         )
     }
@@ -823,6 +830,7 @@ mod tests {
                     offcpu_switches: 80_000,
                     offcpu_short: 20_000,
                     offcpu_user_walks: 16_000,
+                    offcpu_kernel_reads: 20_000,
                 },
             }),
         };
@@ -861,7 +869,8 @@ mod tests {
         );
         assert!(text.contains("| 5000 | 12000 | 60 | 0.15 % |"), "{text}");
         assert!(
-            text.contains("walked a user stack at 16000 (20.0 %"),
+            text.contains("walked a user stack at 16000 (20.0 %")
+                && text.contains("read a kernel stack for 20000 of the 60000 periods"),
             "{text}"
         );
     }
