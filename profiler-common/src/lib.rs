@@ -358,8 +358,8 @@ pub struct OffCpuSite {
     pub stack: u64,
 }
 
-/// The kernel stack of a thread's last counted wait, and what it was read
-/// for. Reading a blocked thread's kernel stack (the kernel's unwinder)
+/// The kernel stack of one of a thread's recent counted waits, and what it
+/// was read for. Reading a blocked thread's kernel stack (the kernel's unwinder)
 /// cost more than half of the program's time on a Spark host, and a
 /// thread mostly waits the same way again: in the same system call with
 /// the same first argument (its own futex, the same file descriptor) and
@@ -483,7 +483,8 @@ pub mod stat {
     /// still counts, with a frame-pointer walk of its user stack).
     pub const HOTSPOT_STACKS_LOST: u32 = 16;
     /// Counted waits whose kernel stack was read (the others had none, or
-    /// reused the one read for their site: see `OffCpuSite::kernel_stack`).
+    /// reused one read for a like wait of their thread: see
+    /// [`super::OffCpuKernelWait`]).
     pub const OFFCPU_KERNEL_READS: u32 = 17;
     /// Number of statistics.
     pub const COUNT: u32 = 18;
