@@ -388,7 +388,7 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         } else if slot.site == NO_SITE {
             kernel_stack(next_task)
         } else {
-            site_kernel_stack(slot, next_task, *now)
+            kept_kernel_stack(slot, next_task, *now)
         },
         user_stack: if slot.site == NO_SITE {
             0
@@ -415,12 +415,12 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     }
 }
 
-/// The kernel stack of `slot`'s open period (a wait from a site): one
-/// read for a recent counted wait of the thread in the same system call,
-/// with the same first argument and state (see `OffCpuKernelWait`); else
-/// read now and kept in place of the older.
+/// The kernel stack of `slot`'s open period, which left from a site (so
+/// its system call is known): one the thread kept for a recent counted
+/// wait in the same system call, with the same first argument and state
+/// (see `OffCpuKernelWait`); else read now and kept in place of the older.
 #[inline(always)]
-fn site_kernel_stack(slot: &mut OffCpuStart, next: *mut task_struct, now: u64) -> u64 {
+fn kept_kernel_stack(slot: &mut OffCpuStart, next: *mut task_struct, now: u64) -> u64 {
     let (arg, state) = (slot.arg, slot.state);
     let syscall = slot.sites[(slot.site & 1) as usize].syscall;
     // Outside a system call (a page fault) the registers do not say what

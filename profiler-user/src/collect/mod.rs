@@ -193,7 +193,8 @@ pub struct KernelStats {
     /// site's last walk.
     pub offcpu_user_walks: u64,
     /// Counted off-CPU periods whose kernel stack was read; the others had
-    /// none or reused the one read for the last wait from their site.
+    /// none or reused one read for a like wait of their thread (same system
+    /// call, first argument and state, within 1 s).
     pub offcpu_kernel_reads: u64,
     /// Off-CPU stacks lost to stack-map collisions (the time still counts).
     pub offcpu_stacks_lost: u64,
