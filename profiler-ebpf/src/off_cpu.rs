@@ -419,15 +419,19 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
 /// its system call is known): one the thread kept for a recent counted
 /// wait in the same system call, with the same first argument and state
 /// (see `OffCpuKernelWait`); else read now and kept in place of the older.
+/// A wait outside a system call is read and not kept.
 #[inline(always)]
 fn kept_kernel_stack(slot: &mut OffCpuStart, next: *mut task_struct, now: u64) -> u64 {
     let (arg, state) = (slot.arg, slot.state);
     let syscall = slot.sites[(slot.site & 1) as usize].syscall;
-    // Outside a system call (a page fault) the registers do not say what
-    // the kernel waits for.
+    if syscall == NO_SYSCALL {
+        // Outside a system call (a page fault) the registers do not say
+        // what the kernel waits for: always read, and not kept, where it
+        // would push out a wait a later one can match.
+        return kernel_stack(next);
+    }
     let same = |kept: &OffCpuKernelWait| {
-        syscall != NO_SYSCALL
-            && kept.read_ns != 0
+        kept.read_ns != 0
             && now.wrapping_sub(kept.read_ns) < OFFCPU_SITE_TTL_NS
             && kept.syscall == syscall
             && kept.arg == arg

@@ -302,3 +302,180 @@ pub fn sparkprof_vm_wait_in_nanosleep(each: Duration) {
     thread::sleep(each);
     std::hint::black_box(each);
 }
+
+/// Anonymous pages whose first touch waits for this process's
+/// userfaultfd handler, which serves each fault a given time after it
+/// comes: a wait in a page fault, outside any system call, that needs no
+/// disk.
+pub struct UserFaults {
+    region: *mut u8,
+    pages: usize,
+    handler: Option<JoinHandle<Result<u32, String>>>,
+    /// Written to stop the handler (its `poll` watches the read end).
+    stop: Option<std::io::PipeWriter>,
+}
+
+// SAFETY: the region is only touched through `touch`, whose reads any
+// thread may make; the mapping lives until `UserFaults` is dropped.
+unsafe impl Send for UserFaults {}
+unsafe impl Sync for UserFaults {}
+
+/// `<linux/userfaultfd.h>`, which the libc crate does not carry.
+mod uffd {
+    pub const API: u64 = 0xaa;
+    /// `_IOWR(0xaa, 0x3f, struct uffdio_api)`.
+    pub const IOCTL_API: u64 = 0xc018_aa3f;
+    /// `_IOWR(0xaa, 0x00, struct uffdio_register)`.
+    pub const IOCTL_REGISTER: u64 = 0xc020_aa00;
+    /// `_IOWR(0xaa, 0x04, struct uffdio_zeropage)`.
+    pub const IOCTL_ZEROPAGE: u64 = 0xc020_aa04;
+    pub const REGISTER_MODE_MISSING: u64 = 1;
+    pub const EVENT_PAGEFAULT: u8 = 0x12;
+    /// `struct uffd_msg`: the event in its first byte, a page fault's
+    /// address at byte 16.
+    pub const MSG_LEN: usize = 32;
+}
+
+impl UserFaults {
+    pub const PAGE: usize = 4096;
+
+    /// `pages` pages, each served `delay` after its fault.
+    pub fn new(pages: usize, delay: Duration) -> Result<Self, String> {
+        let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+        // SAFETY: plain system calls on values owned here.
+        let fd =
+            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        if fd < 0 {
+            return Err(err("userfaultfd"));
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let fd: std::os::fd::OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        let mut api = [uffd::API, 0, 0];
+        // SAFETY: `struct uffdio_api` is three u64s.
+        if unsafe { libc::ioctl(raw, uffd::IOCTL_API, api.as_mut_ptr()) } != 0 {
+            return Err(err("UFFDIO_API"));
+        }
+        let len = pages * Self::PAGE;
+        // SAFETY: a new private anonymous mapping.
+        let region = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if region == libc::MAP_FAILED {
+            return Err(err("mmap"));
+        }
+        let mut register = [region as u64, len as u64, uffd::REGISTER_MODE_MISSING, 0];
+        // SAFETY: `struct uffdio_register` is four u64s.
+        if unsafe { libc::ioctl(raw, uffd::IOCTL_REGISTER, register.as_mut_ptr()) } != 0 {
+            let error = err("UFFDIO_REGISTER");
+            // SAFETY: the mapping made above, used by nothing.
+            unsafe { libc::munmap(region, len) };
+            return Err(error);
+        }
+        let (stop_read, stop) = std::io::pipe().map_err(|e| format!("a pipe: {e}"))?;
+        let handler = thread::spawn(move || Self::serve(&fd, &stop_read, delay));
+        Ok(Self {
+            region: region.cast(),
+            pages,
+            handler: Some(handler),
+            stop: Some(stop),
+        })
+    }
+
+    /// The handler: each page fault served `delay` after it came, with a
+    /// page of zeroes (which wakes the faulting thread); returns how many.
+    fn serve(
+        fd: &std::os::fd::OwnedFd,
+        stop: &std::io::PipeReader,
+        delay: Duration,
+    ) -> Result<u32, String> {
+        use std::os::fd::AsRawFd as _;
+        let mut served = 0;
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: stop.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two pollfds owned here.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                return Err(format!("poll: {}", std::io::Error::last_os_error()));
+            }
+            if fds[1].revents != 0 {
+                return Ok(served);
+            }
+            let mut msg = [0u8; uffd::MSG_LEN];
+            // SAFETY: one message into a buffer of its size. Non-blocking:
+            // `poll` may say readable for a fault already read.
+            let read = unsafe { libc::read(fd.as_raw_fd(), msg.as_mut_ptr().cast(), msg.len()) };
+            if read != msg.len() as isize || msg[0] != uffd::EVENT_PAGEFAULT {
+                continue;
+            }
+            let address = u64::from_ne_bytes(msg[16..24].try_into().expect("8 bytes"));
+            thread::sleep(delay);
+            let page = address & !(Self::PAGE as u64 - 1);
+            let mut zeropage = [page, Self::PAGE as u64, 0, 0];
+            // SAFETY: `struct uffdio_zeropage` is four u64s.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), uffd::IOCTL_ZEROPAGE, zeropage.as_mut_ptr()) }
+                != 0
+            {
+                return Err(format!(
+                    "UFFDIO_ZEROPAGE: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            served += 1;
+        }
+    }
+
+    /// The address of page `index`.
+    pub fn page(&self, index: usize) -> u64 {
+        assert!(index < self.pages, "page {index} of {}", self.pages);
+        self.region as u64 + (index * Self::PAGE) as u64
+    }
+
+    /// Stops the handler; how many faults it served.
+    pub fn finish(mut self) -> Result<u32, String> {
+        drop(self.stop.take());
+        self.handler
+            .take()
+            .expect("joined once")
+            .join()
+            .map_err(|_| "the userfaultfd handler panicked".to_owned())?
+    }
+}
+
+impl Drop for UserFaults {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(handler) = self.handler.take() {
+            let _ = handler.join();
+        }
+        // SAFETY: the mapping made in `new`, no longer touched.
+        unsafe { libc::munmap(self.region.cast(), self.pages * Self::PAGE) };
+    }
+}
+
+/// Touches `address` (a page of [`UserFaults`]), from a function of its
+/// own: the first touch waits in the page fault until it is served.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn sparkprof_vm_wait_in_page_fault(address: u64) {
+    // SAFETY: a readable page of a live `UserFaults`.
+    let byte = unsafe { std::ptr::read_volatile(address as *const u8) };
+    std::hint::black_box(byte);
+}
