@@ -411,66 +411,38 @@ pub fn check_off_cpu_kernel_stacks_per_wait(
     samples.extend(drain(collector)?.samples);
     let after = collector.stats();
 
-    let functions = [
-        "sparkprof_vm_wait_in_nanosleep",
-        "sparkprof_vm_wait_in_pipe_read",
-        "sparkprof_vm_wait_in_socket_read",
+    let waits = [
+        (
+            "sparkprof_vm_wait_in_nanosleep",
+            workload::sparkprof_vm_wait_in_nanosleep as *const () as u64,
+            "hrtimer_nanosleep",
+        ),
+        (
+            "sparkprof_vm_wait_in_pipe_read",
+            workload::sparkprof_vm_wait_in_pipe_read as *const () as u64,
+            "pipe_read",
+        ),
+        (
+            "sparkprof_vm_wait_in_socket_read",
+            workload::sparkprof_vm_wait_in_socket_read as *const () as u64,
+            "unix_stream_read_generic",
+        ),
     ];
-    let ranges: Vec<std::ops::Range<u64>> = [
-        workload::sparkprof_vm_wait_in_nanosleep as *const () as u64,
-        workload::sparkprof_vm_wait_in_pipe_read as *const () as u64,
-        workload::sparkprof_vm_wait_in_socket_read as *const () as u64,
-    ]
-    .into_iter()
-    .zip(functions)
-    .map(|(address, name)| workload::function_range(name, address))
-    .collect::<Result<_, _>>()?;
-    // Which wait a count is: the function it came from.
-    let wait_of = |sample: &RawSample| -> Option<usize> {
-        let RawStack::Frames { ips, .. } = &sample.user else {
-            return None;
-        };
-        (0..functions.len()).find(|&wait| {
-            ips.iter()
-                .any(|&ip| ranges[wait].contains(&ip.wrapping_sub(1)))
-        })
-    };
-    let expected = ["hrtimer_nanosleep", "pipe_read", "unix_stream_read_generic"];
-    let mut kernel = sparkprof::symbolize::kernel::KernelSymbolizer::new();
-    let mut totals = [0u64; 3];
-    let mut wrong = Vec::new();
-    let mut unknown = Vec::new();
-    for sample in asleep_of(&samples, tid)
-        .into_iter()
-        .chain(asleep_of(&samples, repeated_tid))
-    {
-        let Some(wait) = wait_of(sample) else {
-            unknown.push(format!("{} us, user {:x?}", sample.count, sample.user));
-            continue;
-        };
-        let names: Vec<std::sync::Arc<str>> = match &sample.kernel {
-            RawStack::Frames { ips, .. } => {
-                kernel.resolve(ips);
-                ips.iter().map(|&ip| kernel.name(ip)).collect()
-            }
-            other => vec![format!("{other:?}").into()],
-        };
-        // Linux 6.16 renamed a pipe's `pipe_read` to `anon_pipe_read`.
-        if names.iter().any(|name| name.contains(expected[wait])) {
-            totals[wait] += sample.count;
-        } else {
-            wrong.push(format!(
-                "{} us from {} in {names:?}",
-                sample.count, functions[wait]
-            ));
-        }
-    }
+    let WaitPaths {
+        totals,
+        wrong,
+        unknown,
+    } = wait_paths(
+        asleep_of(&samples, tid)
+            .into_iter()
+            .chain(asleep_of(&samples, repeated_tid)),
+        &waits,
+    )?;
     let least = u64::from(WAIT_ROUNDS) * WAIT.as_micros() as u64 * 3 / 4;
     if !wrong.is_empty() || totals.iter().any(|&total| total < least) {
         return Err(format!(
-            "waits in {functions:?} with their own kernel frames {expected:?}: {totals:?} us \
-             (each at least {least}); with other kernel frames: {wrong:?}; from none of them: \
-             {unknown:?} (the functions at {ranges:x?})"
+            "waits in {waits:x?} with their own kernel frames: {totals:?} us (each at least \
+             {least}); with other kernel frames: {wrong:?}; from none of them: {unknown:?}"
         ));
     }
     // The repeated reads: one kernel stack read for them, where each read
@@ -548,57 +520,29 @@ pub fn check_off_cpu_page_fault_waits(
         ));
     }
 
-    let functions = [
-        "sparkprof_vm_wait_in_pipe_read",
-        "sparkprof_vm_wait_in_page_fault",
+    let waits = [
+        (
+            "sparkprof_vm_wait_in_pipe_read",
+            workload::sparkprof_vm_wait_in_pipe_read as *const () as u64,
+            "pipe_read",
+        ),
+        (
+            "sparkprof_vm_wait_in_page_fault",
+            workload::sparkprof_vm_wait_in_page_fault as *const () as u64,
+            "handle_userfault",
+        ),
     ];
-    let ranges: Vec<std::ops::Range<u64>> = [
-        workload::sparkprof_vm_wait_in_pipe_read as *const () as u64,
-        workload::sparkprof_vm_wait_in_page_fault as *const () as u64,
-    ]
-    .into_iter()
-    .zip(functions)
-    .map(|(address, name)| workload::function_range(name, address))
-    .collect::<Result<_, _>>()?;
-    let expected = ["pipe_read", "handle_userfault"];
-    let mut kernel = sparkprof::symbolize::kernel::KernelSymbolizer::new();
-    let mut totals = [0u64; 2];
-    let mut wrong = Vec::new();
-    for sample in samples
-        .iter()
-        .filter(|s| s.tid == tid && matches!(s.kind, SampleKind::OffCpu(_)))
-    {
-        let RawStack::Frames { ips, .. } = &sample.user else {
-            continue;
-        };
-        // The fault's leaf is inside its function; the read's is in libc.
-        let Some(wait) = (0..functions.len()).find(|&wait| {
-            ips.iter()
-                .any(|&ip| ranges[wait].contains(&ip) || ranges[wait].contains(&ip.wrapping_sub(1)))
-        }) else {
-            continue;
-        };
-        let names: Vec<std::sync::Arc<str>> = match &sample.kernel {
-            RawStack::Frames { ips, .. } => {
-                kernel.resolve(ips);
-                ips.iter().map(|&ip| kernel.name(ip)).collect()
-            }
-            other => vec![format!("{other:?}").into()],
-        };
-        if names.iter().any(|name| name.contains(expected[wait])) {
-            totals[wait] += sample.count;
-        } else {
-            wrong.push(format!(
-                "{} us from {} in {names:?}",
-                sample.count, functions[wait]
-            ));
-        }
-    }
+    let WaitPaths { totals, wrong, .. } = wait_paths(
+        samples
+            .iter()
+            .filter(|s| s.tid == tid && matches!(s.kind, SampleKind::OffCpu(_))),
+        &waits,
+    )?;
     let least = u64::from(FAULT_ROUNDS) * WAIT.as_micros() as u64 * 3 / 4;
     if !wrong.is_empty() || totals.iter().any(|&total| total < least) {
         return Err(format!(
-            "waits in {functions:?} with their own kernel frames {expected:?}: {totals:?} us \
-             (each at least {least}); with other kernel frames: {wrong:?}"
+            "waits in {waits:x?} with their own kernel frames: {totals:?} us (each at least \
+             {least}); with other kernel frames: {wrong:?}"
         ));
     }
     // A read per fault, and far fewer than one per two rounds for the rest:
@@ -618,4 +562,68 @@ pub fn check_off_cpu_page_fault_waits(
         "{totals:?} us in a pipe read and a page fault, each with its own kernel frames; \
          {reads} kernel stacks read for {FAULT_ROUNDS} rounds of both"
     ))
+}
+
+/// Off-CPU counts by the wait they came from, and whether each has that
+/// wait's own kernel path (see [`wait_paths`]).
+struct WaitPaths {
+    /// Microseconds with the wait's own kernel path, per wait.
+    totals: Vec<u64>,
+    /// Counts with another kernel path.
+    wrong: Vec<String>,
+    /// Counts from none of the waits.
+    unknown: Vec<String>,
+}
+
+/// Sorts `samples` by the wait each came from: `waits` are (function,
+/// its address, a kernel function its own path goes through), and a
+/// sample is a wait's if its user stack has a frame in that function (a
+/// return address there, or a leaf: a page fault's is the touching
+/// instruction itself).
+fn wait_paths<'a>(
+    samples: impl Iterator<Item = &'a RawSample>,
+    waits: &[(&str, u64, &str)],
+) -> Result<WaitPaths, String> {
+    let ranges: Vec<std::ops::Range<u64>> = waits
+        .iter()
+        .map(|&(name, address, _)| workload::function_range(name, address))
+        .collect::<Result<_, _>>()?;
+    let mut kernel = sparkprof::symbolize::kernel::KernelSymbolizer::new();
+    let mut paths = WaitPaths {
+        totals: vec![0; waits.len()],
+        wrong: Vec::new(),
+        unknown: Vec::new(),
+    };
+    for sample in samples {
+        let wait = match &sample.user {
+            RawStack::Frames { ips, .. } => ranges.iter().position(|range| {
+                ips.iter()
+                    .any(|&ip| range.contains(&ip) || range.contains(&ip.wrapping_sub(1)))
+            }),
+            _ => None,
+        };
+        let Some(wait) = wait else {
+            paths
+                .unknown
+                .push(format!("{} us, user {:x?}", sample.count, sample.user));
+            continue;
+        };
+        let names: Vec<std::sync::Arc<str>> = match &sample.kernel {
+            RawStack::Frames { ips, .. } => {
+                kernel.resolve(ips);
+                ips.iter().map(|&ip| kernel.name(ip)).collect()
+            }
+            other => vec![format!("{other:?}").into()],
+        };
+        // Linux 6.16 renamed a pipe's `pipe_read` to `anon_pipe_read`.
+        if names.iter().any(|name| name.contains(waits[wait].2)) {
+            paths.totals[wait] += sample.count;
+        } else {
+            paths.wrong.push(format!(
+                "{} us from {} in {names:?}",
+                sample.count, waits[wait].0
+            ));
+        }
+    }
+    Ok(paths)
 }
