@@ -471,7 +471,7 @@ const FAULT_ROUNDS: u32 = 100;
 /// One thread waits in turn in `read` on a pipe and in a page fault (a
 /// userfaultfd page, served a wait later). A wait outside a system call
 /// has no kind to match, so its kernel stack is read every time and must
-/// show its own path (`handle_userfault`); and it takes none of the
+/// show its own path (a page fault's); and it takes none of the
 /// thread's kept waits, so every pipe read after the first reuses the
 /// first one's stack. Were a fault's stack kept, it would push the pipe's
 /// out every other round: half as many reads again as rounds.
@@ -527,9 +527,12 @@ pub fn check_off_cpu_page_fault_waits(
             "pipe_read",
         ),
         (
+            // A page fault's path: mostly on to `handle_userfault`, now and
+            // then waiting for the mmap lock the handler holds (seen on
+            // 6.12, in `lock_mm_and_find_vma`).
             "sparkprof_vm_wait_in_page_fault",
             workload::sparkprof_vm_wait_in_page_fault as *const () as u64,
-            "handle_userfault",
+            "exc_page_fault",
         ),
     ];
     let WaitPaths { totals, wrong, .. } = wait_paths(
