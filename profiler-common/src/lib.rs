@@ -501,6 +501,14 @@ pub mod names {
     pub const COUNTS: [&str; 2] = ["COUNTS_0", "COUNTS_1"];
     /// Stack maps, one per buffer.
     pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
+    /// `Array<SampleKey>` per buffer, memory-mappable: each CPU's samples,
+    /// [`LOG_PER_CPU`] slots a CPU, appended before any are hashed into
+    /// [`COUNTS`].
+    pub const SAMPLE_LOGS: [&str; 2] = ["SAMPLE_LOG_0", "SAMPLE_LOG_1"];
+    /// `PerCpuArray<u32>` by buffer: the slots each CPU has filled in its log.
+    pub const LOG_LENGTHS: &str = "LOG_LENGTHS";
+    /// Global `u32`: a CPU's slots in each [`SAMPLE_LOGS`] map (`0`: no log).
+    pub const LOG_PER_CPU: &str = "LOG_PER_CPU";
     /// Per-CPU statistics, indexed by [`crate::stat`].
     pub const STATS: &str = "STATS";
     /// `HashMap<u32, u8>` of process IDs to sample when filtering is on.

@@ -15,7 +15,7 @@
 
 use aya_ebpf::{
     EbpfContext, Global,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
+    bindings::{BPF_F_MMAPABLE, BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
     helpers::bpf_get_smp_processor_id,
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
     macros::{map, perf_event},
@@ -84,6 +84,20 @@ static TARGET_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGI
 static COUNTS_0: HashMap<SampleKey, u64> = HashMap::with_max_entries(DEFAULT_COUNT_MAP_ENTRIES, 0);
 #[map]
 static COUNTS_1: HashMap<SampleKey, u64> = HashMap::with_max_entries(DEFAULT_COUNT_MAP_ENTRIES, 0);
+
+/// Each CPU's samples of a buffer, one key per sample in the order taken
+/// (see [`add_one`]): `LOG_PER_CPU` slots per CPU, CPU `c`'s from
+/// `c * LOG_PER_CPU`, and its count of them in `LOG_LENGTHS[buffer]`.
+/// Sized by userspace at load.
+#[map]
+static SAMPLE_LOG_0: Array<SampleKey> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+#[map]
+static SAMPLE_LOG_1: Array<SampleKey> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+#[map]
+static LOG_LENGTHS: PerCpuArray<u32> = PerCpuArray::with_max_entries(2, 0);
+/// Slots of each CPU in a sample log (0: no log, every sample is hashed).
+#[unsafe(no_mangle)]
+static LOG_PER_CPU: Global<u32> = Global::new(0);
 
 #[map]
 static STACKS_0: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENTRIES, 0);
@@ -236,7 +250,7 @@ pub fn count_sample(
             bpf_get_current_comm().unwrap_or([0u8; COMM_LEN])
         },
     };
-    add_one(ctx, counts, &key);
+    add_one(ctx, buffer, counts, &key);
 }
 
 /// Whether the sample interrupted the thread in user mode: the privilege
@@ -275,8 +289,17 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, lost_stat: 
     }
 }
 
+/// Counts one sample under `key` in `buffer`: appended to this CPU's
+/// sample log while it has room, else added in the count map. Userspace
+/// adds the logs up at the drain. An append writes one slot; a count map
+/// update hashes the key and finds its entry: about 170 ns of a sample
+/// against 20 for an append (`bpf_stats` of variants of this program
+/// without the user-stack walk, on the reference host).
 #[inline(always)]
-fn add_one(ctx: &PerfEventContext, counts: &HashMap<SampleKey, u64>, key: &SampleKey) {
+fn add_one(ctx: &PerfEventContext, buffer: u32, counts: &HashMap<SampleKey, u64>, key: &SampleKey) {
+    if log_one(buffer, key) {
+        return;
+    }
     // A thread runs on one CPU at a time and its tid is in the key, so no two
     // CPUs update one entry at once: a plain add is exact.
     if let Some(count) = counts.get_ptr_mut(key) {
@@ -292,4 +315,33 @@ fn add_one(ctx: &PerfEventContext, counts: &HashMap<SampleKey, u64>, key: &Sampl
             "count map full on cpu {}: samples are dropped (and counted) until the next drain", cpu
         );
     }
+}
+
+/// Appends `key` to this CPU's log of `buffer`; `false` if it is full (or
+/// there is none). Only this CPU writes its slots and its length, and a
+/// program runs to its end on its CPU: no atomics.
+#[inline(always)]
+fn log_one(buffer: u32, key: &SampleKey) -> bool {
+    let per_cpu = LOG_PER_CPU.load();
+    let Some(length) = LOG_LENGTHS.get_ptr_mut(buffer) else {
+        return false;
+    };
+    let taken = unsafe { *length };
+    if taken >= per_cpu {
+        return false;
+    }
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let log = if buffer == 0 {
+        &SAMPLE_LOG_0
+    } else {
+        &SAMPLE_LOG_1
+    };
+    let Some(slot) = log.get_ptr_mut(cpu.wrapping_mul(per_cpu).wrapping_add(taken)) else {
+        return false;
+    };
+    unsafe {
+        *slot = *key;
+        *length = taken + 1;
+    }
+    true
 }

@@ -353,6 +353,11 @@ impl Session {
                 options.frequency_hz,
                 options.drain_interval,
             ),
+            sample_log_per_cpu: crate::collect::sample_log::slots_per_cpu(
+                options.frequency_hz,
+                options.drain_interval,
+                cpus,
+            ),
             target_pids: options.pids.clone(),
             off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
                 min_block,

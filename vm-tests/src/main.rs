@@ -191,6 +191,9 @@ fn config(pid: u32, off_cpu: bool) -> CollectorConfig {
         stack_depth: 127,
         stack_map_entries: 4096,
         count_map_entries: 4096,
+        // Fewer than the on-CPU checks take in a drain, so that their
+        // counts come from both the logs and the count map.
+        sample_log_per_cpu: 64,
         target_pids: vec![pid],
         off_cpu: off_cpu.then(|| OffCpuConfig {
             min_block: Duration::from_micros(100),

@@ -78,6 +78,7 @@ pub fn check_on_cpu(collector: &mut Collector, _pid: u32) -> Result<String, Stri
 pub fn check_drain(collector: &mut Collector, pid: u32) -> Result<String, String> {
     let before = collector.stats();
     drain(collector)?;
+    let logged_before = collector.logged_samples();
     let spinner = Worker::spawn(|stop| {
         workload::sparkprof_vm_spin(stop);
     });
@@ -87,6 +88,7 @@ pub fn check_drain(collector: &mut Collector, pid: u32) -> Result<String, String
     spinner.finish();
     let later = [drain(collector)?, drain(collector)?];
     let stats = collector.stats();
+    let logged = collector.logged_samples() - logged_before;
 
     let counted = sum(on_cpu_samples(&drained, tid).map(|s| s.count));
     let leftover = sum(later
@@ -127,8 +129,17 @@ pub fn check_drain(collector: &mut Collector, pid: u32) -> Result<String, String
              (at most {in_flight} runs in flight when counting began); statistics {stats:?}"
         ));
     }
+    // The spinner's second is more samples than its CPU's log holds: the
+    // log takes the first, the count map the rest, and a drain adds both.
+    if logged == 0 || logged >= on_cpu_total {
+        return Err(format!(
+            "{logged} of the {on_cpu_total} samples counted came from the sample logs: expected \
+             some, and the rest from the count map (the logs hold 64 a CPU)"
+        ));
+    }
     Ok(format!(
         "{counted} samples of the spinning thread in 1 s, {leftover} after it stopped; only this \
-         process's samples; {ran} program runs account for the {on_cpu_total} counted"
+         process's samples; {ran} program runs account for the {on_cpu_total} counted ({logged} \
+         from the sample logs, the rest from the count map)"
     ))
 }

@@ -15,6 +15,7 @@ pub mod off_cpu;
 pub mod pooled;
 pub mod python;
 pub mod renames;
+pub mod sample_log;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -62,6 +63,10 @@ pub struct CollectorConfig {
     pub stack_map_entries: u32,
     /// Entries of each count map.
     pub count_map_entries: u32,
+    /// Slots of each CPU's sample log per buffer (see
+    /// [`sample_log::slots_per_cpu`]; `0`: every sample is hashed into the
+    /// count map).
+    pub sample_log_per_cpu: u32,
     /// Only these processes, when not empty.
     pub target_pids: Vec<u32>,
     /// Record off-CPU time too (of the processes passed to
@@ -220,6 +225,10 @@ pub struct Collector {
     stack_depth: usize,
     counts: [HashMap<MapData, SampleKey, u64>; 2],
     count_buffers: batch::BatchBuffers,
+    /// Each CPU's samples, before any are hashed into `counts`.
+    sample_logs: sample_log::SampleLogs,
+    /// Samples drained from the logs (the rest came from `counts`).
+    logged_samples: u64,
     stacks: [StackTraceMap<MapData>; 2],
     /// Drains taken so far (to list the stack maps now and then).
     drains: u64,
@@ -331,6 +340,11 @@ impl Collector {
         for name in names::COUNTS {
             loader.map_max_entries(name, config.count_map_entries);
         }
+        let possible_cpus = aya::util::nr_cpus().map_or(1, |n| n.get());
+        loader.override_global(names::LOG_PER_CPU, &config.sample_log_per_cpu, true);
+        for name in names::SAMPLE_LOGS {
+            loader.map_max_entries(name, (config.sample_log_per_cpu * possible_cpus).max(1));
+        }
         for name in names::STACKS {
             loader.map_max_entries(name, config.stack_map_entries);
         }
@@ -373,6 +387,8 @@ impl Collector {
         let mut active_buffer: Array<MapData, u32> = take_map(&mut ebpf, names::ACTIVE_BUFFER)?;
         set_control(&mut active_buffer, control::BUFFER, 0)?;
         let stats = take_map(&mut ebpf, names::STATS)?;
+        let sample_logs =
+            sample_log::SampleLogs::take(&mut ebpf, config.sample_log_per_cpu, possible_cpus)?;
         let renames = RenameFeed::load(&mut ebpf, btf.as_ref())?;
         if renames.tracepoint_attached() {
             set_control(&mut active_buffer, control::COMM_KEPT, 1)?;
@@ -412,6 +428,8 @@ impl Collector {
             stack_depth: config.stack_depth as usize,
             counts,
             count_buffers: batch::BatchBuffers::default(),
+            sample_logs,
+            logged_samples: 0,
             stacks,
             drains: 0,
             active_buffer,
@@ -589,13 +607,19 @@ impl Collector {
 
         // Taken out of the map (deleted) at once; the stacks they name stay
         // until read below.
-        let entries =
-            batch::take_all(&mut self.counts[idle], &mut self.count_buffers).map_err(|source| {
-                CollectError::Take {
-                    name: counts_name,
-                    source,
-                }
-            })?;
+        let mut entries: StdHashMap<SampleKey, u64> = StdHashMap::new();
+        self.logged_samples += self.sample_logs.take_buffer(idle, &mut entries)?;
+        batch::take_each(
+            &mut self.counts[idle],
+            &mut self.count_buffers,
+            |key, count| {
+                *entries.entry(key).or_insert(0) += count;
+            },
+        )
+        .map_err(|source| CollectError::Take {
+            name: counts_name,
+            source,
+        })?;
         let python = self.python.take_stacks(idle);
         let hotspot = self.hotspot.take_stacks(idle);
         let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
@@ -677,6 +701,12 @@ impl Collector {
         if let Some(off_cpu) = &self.off_cpu {
             off_cpu.held(held);
         }
+    }
+
+    /// On-CPU samples drained from the per-CPU sample logs since the
+    /// start; the others were counted in the count maps (a log was full).
+    pub fn logged_samples(&self) -> u64 {
+        self.logged_samples
     }
 
     pub fn stats(&self) -> KernelStats {
