@@ -343,7 +343,13 @@ impl Collector {
         let possible_cpus = aya::util::nr_cpus().map_or(1, |n| n.get());
         loader.override_global(names::LOG_PER_CPU, &config.sample_log_per_cpu, true);
         for name in names::SAMPLE_LOGS {
-            loader.map_max_entries(name, (config.sample_log_per_cpu * possible_cpus).max(1));
+            loader.map_max_entries(
+                name,
+                config
+                    .sample_log_per_cpu
+                    .saturating_mul(possible_cpus)
+                    .max(1),
+            );
         }
         for name in names::STACKS {
             loader.map_max_entries(name, config.stack_map_entries);
