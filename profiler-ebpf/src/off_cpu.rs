@@ -415,11 +415,11 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     }
 }
 
-/// The kernel stack of `slot`'s open period, which left from a site (so
-/// its system call is known): one the thread kept for a recent counted
-/// wait in the same system call, with the same first argument and state
-/// (see `OffCpuKernelWait`); else read now and kept in place of the older.
-/// A wait outside a system call is read and not kept.
+/// The kernel stack of `slot`'s open period, which left from a site (whose
+/// registers say the system call, if any): one the thread kept for a
+/// recent counted wait in the same system call, with the same first
+/// argument and state (see `OffCpuKernelWait`); else read now and kept in
+/// place of the older. A wait outside a system call is read and not kept.
 #[inline(always)]
 fn kept_kernel_stack(slot: &mut OffCpuStart, next: *mut task_struct, now: u64) -> u64 {
     let (arg, state) = (slot.arg, slot.state);

@@ -356,6 +356,8 @@ impl UserFaults {
         if unsafe { libc::ioctl(raw, uffd::IOCTL_API, api.as_mut_ptr()) } != 0 {
             return Err(err("UFFDIO_API"));
         }
+        // Before the mapping, which a failure after it would leak.
+        let (stop_read, stop) = std::io::pipe().map_err(|e| format!("a pipe: {e}"))?;
         let len = pages * Self::PAGE;
         // SAFETY: a new private anonymous mapping.
         let region = unsafe {
@@ -379,7 +381,6 @@ impl UserFaults {
             unsafe { libc::munmap(region, len) };
             return Err(error);
         }
-        let (stop_read, stop) = std::io::pipe().map_err(|e| format!("a pipe: {e}"))?;
         let handler = thread::spawn(move || Self::serve(&fd, &stop_read, delay));
         Ok(Self {
             region: region.cast(),
