@@ -345,10 +345,7 @@ impl Collector {
         for name in names::SAMPLE_LOGS {
             loader.map_max_entries(
                 name,
-                config
-                    .sample_log_per_cpu
-                    .saturating_mul(possible_cpus)
-                    .max(1),
+                sample_log::log_slots(config.sample_log_per_cpu, possible_cpus),
             );
         }
         for name in names::STACKS {
@@ -613,7 +610,7 @@ impl Collector {
 
         // Taken out of the map (deleted) at once; the stacks they name stay
         // until read below.
-        let mut entries: StdHashMap<SampleKey, u64> = StdHashMap::new();
+        let mut entries: crate::FastMap<SampleKey, u64> = Default::default();
         self.logged_samples += self.sample_logs.take_buffer(idle, &mut entries)?;
         batch::take_each(
             &mut self.counts[idle],

@@ -5,7 +5,7 @@
 //! the maps' memory (they are mapped here: no system call per entry),
 //! adds them up by key, and empties them.
 
-use std::{collections::HashMap as StdHashMap, io, ptr::NonNull};
+use std::{io, ptr::NonNull};
 
 use aya::{
     Ebpf,
@@ -15,6 +15,7 @@ use profiler_common::{SampleKey, names};
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use super::{CollectError, take_map};
+use crate::FastMap;
 
 /// Slots a CPU's log has per buffer: a drain interval's samples at
 /// `frequency_hz` and a half again, for drains that come late; at least
@@ -31,6 +32,13 @@ pub fn slots_per_cpu(frequency_hz: u64, drain_interval: std::time::Duration, cpu
 /// Slots of one buffer's log over all CPUs (7 MiB of keys), unless 64 a
 /// CPU make more.
 pub const MAX_SLOTS: u64 = 131_072;
+
+/// Entries of one buffer's log map, `per_cpu` slots for each of `cpus`
+/// (a map has at least one, also with no log): the size the map is made
+/// with and the one mapped.
+pub fn log_slots(per_cpu: u32, cpus: u32) -> u32 {
+    per_cpu.saturating_mul(cpus).max(1)
+}
 
 /// Both buffers' logs and their lengths.
 pub struct SampleLogs {
@@ -52,8 +60,7 @@ impl MappedLog {
     fn map(ebpf: &mut Ebpf, name: &'static str, slots: usize) -> Result<Self, CollectError> {
         let map: Array<MapData, SampleKey> = take_map(ebpf, name)?;
         let page = page_size();
-        // A map of no slots still has one (and a page).
-        let mapped_bytes = (slots * size_of::<SampleKey>()).div_ceil(page).max(1) * page;
+        let mapped_bytes = (slots * size_of::<SampleKey>()).div_ceil(page) * page;
         let fd = map.map().fd().as_fd().as_raw_fd();
         // SAFETY: a shared read-only mapping of a BPF_F_MMAPABLE array of
         // `slots` values, no larger than the map's own (page-rounded).
@@ -109,7 +116,7 @@ impl SampleLogs {
     /// Takes the logs of `cpus` CPUs (the possible ones: what the kernel's
     /// processor ids range over), `per_cpu` slots each.
     pub fn take(ebpf: &mut Ebpf, per_cpu: u32, cpus: u32) -> Result<Self, CollectError> {
-        let slots = per_cpu as usize * cpus as usize;
+        let slots = log_slots(per_cpu, cpus) as usize;
         Ok(Self {
             logs: [
                 MappedLog::map(ebpf, names::SAMPLE_LOGS[0], slots)?,
@@ -127,7 +134,7 @@ impl SampleLogs {
     pub fn take_buffer(
         &mut self,
         buffer: usize,
-        counts: &mut StdHashMap<SampleKey, u64>,
+        counts: &mut FastMap<SampleKey, u64>,
     ) -> Result<u64, CollectError> {
         let map_error = |source| CollectError::Map {
             name: names::LOG_LENGTHS,
@@ -174,5 +181,12 @@ mod tests {
         // Many CPUs share the bound: 131,072 over 128.
         assert_eq!(slots_per_cpu(999, Duration::from_secs(10), 128), 1_024);
         assert_eq!(slots_per_cpu(99, second, 4_096), 64);
+    }
+
+    #[test]
+    fn a_log_map_has_every_cpu_slots_and_at_least_one() {
+        assert_eq!(log_slots(148, 2), 296);
+        assert_eq!(log_slots(0, 2), 1);
+        assert_eq!(log_slots(u32::MAX, 2), u32::MAX);
     }
 }
