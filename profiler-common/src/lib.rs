@@ -86,6 +86,25 @@ pub struct HotspotProcInfo {
     /// `nmethod::_compile_id` (an `int`): tells userspace whether the
     /// compiled method it finds at the address is still the one sampled.
     pub nmethod_compile_id: u32,
+    /// Where a `JavaThread` keeps its last Java frame while it runs VM or
+    /// native code (`_anchor` plus `JavaFrameAnchor::_last_Java_sp`,
+    /// `_last_Java_pc`, `_last_Java_fp`): the walker resumes there when
+    /// the native frames above it cannot be stepped. `0` when unknown.
+    pub last_java_sp: u32,
+    pub last_java_pc: u32,
+    pub last_java_fp: u32,
+    pub _pad: u32,
+}
+
+/// A thread of a walked JVM (`HOTSPOT_THREADS`, by tid): its process, so
+/// that a tid reused by another process is not taken for it, and its
+/// `JavaThread*`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotspotThread {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub java_thread: u64,
 }
 
 /// What a [`HotspotFrame`] is.
@@ -127,6 +146,9 @@ pub const HOTSPOT_WALK_SLOT: u32 = 0;
 pub const HOTSPOT_FINISH_SLOT: u32 = 1;
 /// JVMs whose frames the kernel can walk at once.
 pub const MAX_HOTSPOT_PROCESSES: u32 = 1_024;
+/// Threads of walked JVMs the walker knows at once (a Spark host's
+/// executors run a few hundred each; a JVM may run thousands).
+pub const MAX_HOTSPOT_THREADS: u32 = 65_536;
 /// Default entries of each HotSpot stack map (allocated as used).
 pub const DEFAULT_HOTSPOT_STACK_ENTRIES: u32 = 4_096;
 
@@ -486,8 +508,11 @@ pub mod stat {
     /// reused one read for a like wait of their thread: see
     /// [`super::OffCpuKernelWait`]).
     pub const OFFCPU_KERNEL_READS: u32 = 17;
+    /// Walked JVM samples whose walk went on from the thread's last Java
+    /// frame (its `JavaFrameAnchor`) past native frames.
+    pub const HOTSPOT_ANCHORED: u32 = 18;
     /// Number of statistics.
-    pub const COUNT: u32 = 18;
+    pub const COUNT: u32 = 19;
 }
 
 /// Map and global names, shared so neither side spells them twice.
@@ -594,6 +619,8 @@ pub mod names {
     pub const HOTSPOT_WALKER: &str = "HOTSPOT_WALKER";
     /// `HashMap<u32 tgid, HotspotProcInfo>`: JVMs whose frames are walked.
     pub const HOTSPOT_PROCS: &str = "HOTSPOT_PROCS";
+    /// `HashMap<u32 tid, HotspotThread>`: walked JVMs' threads.
+    pub const HOTSPOT_THREADS: &str = "HOTSPOT_THREADS";
     /// `HashMap<u64, HotspotStack>`: user stacks of JVM samples deeper than
     /// [`crate::HOTSPOT_SHORT_FRAMES`], one per buffer.
     pub const HOTSPOT_STACKS: [&str; 2] = ["HOTSPOT_STACKS_0", "HOTSPOT_STACKS_1"];
@@ -715,8 +742,10 @@ mod user {
     // SAFETY: repr(C), u64, four u32, u64, sites of six u64 each, [u8; 16]:
     // no padding, any bits valid.
     unsafe impl aya::Pod for super::OffCpuStart {}
-    // SAFETY: repr(C), u64s then six u32: no padding, any bits valid.
+    // SAFETY: repr(C), u64s then ten u32: no padding, any bits valid.
     unsafe impl aya::Pod for super::HotspotProcInfo {}
+    // SAFETY: repr(C), two u32 then a u64: no padding, any bits valid.
+    unsafe impl aya::Pod for super::HotspotThread {}
     // SAFETY: repr(C), two u32 then frames of (u64, u32, u32): no padding,
     // any bits valid.
     unsafe impl<const N: usize> aya::Pod for super::HotspotStackOf<N> {}
@@ -764,8 +793,9 @@ mod tests {
     fn hotspot_records_have_no_padding() {
         assert_eq!(
             core::mem::size_of::<HotspotProcInfo>(),
-            4 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 6 * 4
+            4 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 10 * 4
         );
+        assert_eq!(core::mem::size_of::<HotspotThread>(), 16);
         assert_eq!(core::mem::size_of::<HotspotFrame>(), 16);
         assert_eq!(
             core::mem::size_of::<HotspotStack>(),

@@ -21,6 +21,15 @@
 //!     return address; other frameless stubs (the call stub, adapters)
 //!     keep rbp.
 //!
+//! Native code does not always keep a frame pointer (libjvm's leaf
+//! routines, libc), and a frame-pointer walk out of it may end before the
+//! Java code that called it. A Java thread that left Java code for the VM
+//! or a native method says where its last Java frame is, in its
+//! `JavaFrameAnchor` (as async-profiler reads it): for a sample whose leaf
+//! is native, the walker reads it once (`HOTSPOT_THREADS` gives the
+//! thread's `JavaThread*`) and resumes there when the native walk fails
+//! or would pass it. Native frames all lie below that frame on the stack.
+//!
 //! Every caller of Java code is Java code or a stub, so a compiled frame's
 //! return address must lie in the code cache: that check catches a leaf
 //! sampled in its prologue or epilogue (where the frame is not whole), and
@@ -42,7 +51,7 @@ use aya_ebpf::{
 use profiler_common::{
     DEFAULT_HOTSPOT_STACK_ENTRIES, HOTSPOT_FINISH_SLOT, HOTSPOT_FRAMES_PER_RUN, HOTSPOT_MAX_FRAMES,
     HOTSPOT_SHORT_FRAMES, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
-    HotspotStack, MAX_HOTSPOT_PROCESSES, hotspot_frame, stat,
+    HotspotStack, HotspotThread, MAX_HOTSPOT_PROCESSES, MAX_HOTSPOT_THREADS, hotspot_frame, stat,
 };
 
 use crate::{
@@ -55,6 +64,12 @@ use crate::{
 #[map]
 static HOTSPOT_PROCS: HashMap<u32, HotspotProcInfo> =
     HashMap::with_max_entries(MAX_HOTSPOT_PROCESSES, 0);
+
+/// Walked JVMs' threads by tid (userspace keeps them current each drain;
+/// a thread younger than that is walked without its anchor).
+#[map]
+static HOTSPOT_THREADS: HashMap<u32, HotspotThread> =
+    HashMap::with_max_entries(MAX_HOTSPOT_THREADS, BPF_F_NO_PREALLOC);
 
 // Large values, allocated as stacks are filed (a drain clears them).
 #[map]
@@ -90,6 +105,11 @@ struct Walk {
     /// Non-zero once the walk has ended.
     done: u32,
     _pad: u32,
+    /// The thread's last Java frame while the walk is in the native
+    /// frames above it (`anchor_sp` 0: none, or already resumed there).
+    anchor_sp: u64,
+    anchor_pc: u64,
+    anchor_fp: u64,
     stack: HotspotStack,
 }
 
@@ -138,9 +158,9 @@ pub fn is_walked_jvm(tgid: u32) -> bool {
 /// returns (without having counted it) if not, or if the tail call fails.
 #[inline(always)]
 pub fn walk_if_jvm(ctx: &PerfEventContext, tgid: u32, buffer: u32) {
-    if unsafe { HOTSPOT_PROCS.get(&tgid) }.is_none() {
+    let Some(info) = (unsafe { HOTSPOT_PROCS.get(&tgid) }) else {
         return;
-    }
+    };
     let Some(walk) = HOTSPOT_WALK.get_ptr_mut(0) else {
         return;
     };
@@ -163,6 +183,10 @@ pub fn walk_if_jvm(ctx: &PerfEventContext, tgid: u32, buffer: u32) {
     walk.done = 0;
     walk.stack.len = 0;
     walk.stack.truncated = 0;
+    walk.anchor_sp = 0;
+    if !in_code_cache(info, walk.pc) {
+        last_java_frame(info, tgid, ctx.pid(), walk);
+    }
     count_stat(stat::HOTSPOT_WALKS);
     unsafe { HOTSPOT_WALKER.tail_call(ctx, HOTSPOT_WALK_SLOT) };
 }
@@ -263,6 +287,14 @@ fn step(info: &HotspotProcInfo, walk: &mut Walk) {
     if !(info.code_low <= pc && pc < info.code_high) {
         push(walk, len, hotspot_frame::NATIVE, pc, 0);
         native_step(info, walk, leaf);
+        let anchor = walk.anchor_sp;
+        if anchor != 0 && (walk.done != 0 || walk.sp >= anchor || in_code_cache(info, walk.pc)) {
+            // Out of the native frames: on at the last Java frame.
+            (walk.pc, walk.sp, walk.fp) = (walk.anchor_pc, anchor, walk.anchor_fp);
+            walk.done = 0;
+            walk.anchor_sp = 0;
+            count_stat(stat::HOTSPOT_ANCHORED);
+        }
         return;
     }
     let interpreted = info.interpreter_low <= pc && pc < info.interpreter_high;
@@ -343,6 +375,39 @@ fn native_step(info: &HotspotProcInfo, walk: &mut Walk, leaf: bool) {
     } else {
         walk.done = 1;
     }
+}
+
+/// Where thread `tid` (of `tgid`) keeps its last Java frame, kept in the
+/// walk if it is one: above the leaf's sp, its pc in the code cache. A
+/// thread in Java code has none (HotSpot clears `_last_Java_sp` on the
+/// way back into Java); an anchor without its pc has it as the return
+/// address just below its sp (as HotSpot's `make_walkable`).
+#[inline(always)]
+fn last_java_frame(info: &HotspotProcInfo, tgid: u32, tid: u32, walk: &mut Walk) {
+    if info.last_java_sp == 0 {
+        return;
+    }
+    let Some(thread) = (unsafe { HOTSPOT_THREADS.get(&tid) }) else {
+        return;
+    };
+    if thread.tgid != tgid {
+        return;
+    }
+    let java_thread = thread.java_thread;
+    let sp = read_u64(java_thread + u64::from(info.last_java_sp));
+    if !is_frame_pointer(walk.sp, sp) || sp == walk.sp {
+        return;
+    }
+    let mut pc = read_u64(java_thread + u64::from(info.last_java_pc));
+    if pc == 0 {
+        pc = read_u64(sp - 8);
+    }
+    if !in_code_cache(info, pc) {
+        return;
+    }
+    walk.anchor_pc = pc;
+    walk.anchor_fp = read_u64(java_thread + u64::from(info.last_java_fp));
+    walk.anchor_sp = sp;
 }
 
 /// Caller of a frame whose rbp is a frame record (saved rbp, return address).

@@ -21,8 +21,9 @@ use sparkprof::{
         libjvm,
         lines::LineLayout,
         names::{ClassNames, method_name},
+        threads::{JavaThreads, ThreadLayout, java_thread},
         vmstructs::VmStructs,
-        walk::{JavaFrame, ThreadLayout, java_thread, walk_from_anchor},
+        walk::{JavaFrame, walk_from_anchor},
     },
     sys::memory::Memory,
 };
@@ -296,4 +297,36 @@ fn reads_and_walks_a_live_jvm(
         names[0].starts_with("java.lang.Thread.sleep"),
         "{jdk}: {names:?}"
     );
+
+    // The JVM's threads, as sparkprof tells them to the kernel's walker:
+    // every Java thread by id, the sleeper with the same `JavaThread` as
+    // found alone; read again only when the VM publishes a new list.
+    let mut listed = JavaThreads::default();
+    let all = listed
+        .changed(&memory, &threads, |_| false)
+        .unwrap()
+        .expect("the first read lists the threads");
+    let sleeper = java_thread(&memory, &threads, tid).unwrap();
+    assert_eq!(
+        all.iter().find(|(id, _)| *id == tid).map(|(_, t)| *t),
+        sleeper,
+        "{jdk}: the sleeper's JavaThread in {all:x?}"
+    );
+    let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    assert!(
+        all.len() >= 2 && all.iter().all(|(id, _)| tasks.contains(id)),
+        "{jdk}: Java threads {all:x?}, tasks {tasks:?}"
+    );
+    // (Compiler threads come and go: a new list between two reads is
+    // read, and then the next read is tried again.)
+    let unchanged = (0..5).any(|_| {
+        listed
+            .changed(&memory, &threads, |_| false)
+            .unwrap()
+            .is_none()
+    });
+    assert!(unchanged, "{jdk}: an unchanged list is read again");
 }

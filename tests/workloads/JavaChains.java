@@ -2,22 +2,41 @@
  * A JVM workload whose hot method sits under a known chain of Java calls,
  * for the tests of sparkprof's HotSpot stack walk:
  *
- *   java [FLAGS] JavaChains SECONDS THREADS DEPTH [jni]
+ *   java [FLAGS] JavaChains SECONDS THREADS DEPTH [jni|zlib]
  *
  * Each worker thread (named chainworker-N) runs
  * Thread.run -> lambda -> sparkprofOuter -> sparkprofDeep (DEPTH times,
  * recursively) -> sparkprofMiddle -> sparkprofHotLeaf, and spends its time
  * in sparkprofHotLeaf's loop; with `jni`, the loop calls the native
  * Runtime.availableProcessors (JNI into libjava, then libjvm), so the time
- * goes to native code under Java frames. Prints "ready" once the workers run.
+ * goes to native code under Java frames; with `zlib`, it compresses with a
+ * Deflater, so the time goes to zlib's deflate, native code built without
+ * frame pointers (it keeps data in rbp). Prints "ready" once the workers run.
  */
 public class JavaChains {
     static volatile long sink;
-    static boolean jni;
+    static String mode;
 
     static long sparkprofHotLeaf(long seed, long endNanos) {
         long x = seed;
-        if (jni) {
+        if (mode.equals("zlib")) {
+            byte[] input = new byte[256 * 1024];
+            for (int i = 0; i < input.length; i++) {
+                input[i] = (byte) ((i * 31 + (i >> 7)) % 61);
+            }
+            byte[] output = new byte[512 * 1024];
+            java.util.zip.Deflater deflater = new java.util.zip.Deflater(9);
+            while (System.nanoTime() < endNanos) {
+                deflater.reset();
+                deflater.setInput(input);
+                deflater.finish();
+                while (!deflater.finished()) {
+                    x += deflater.deflate(output);
+                }
+            }
+            return x;
+        }
+        if (mode.equals("jni")) {
             Runtime runtime = Runtime.getRuntime();
             while (System.nanoTime() < endNanos) {
                 for (int i = 0; i < 1000; i++) {
@@ -56,7 +75,7 @@ public class JavaChains {
         double seconds = Double.parseDouble(args[0]);
         int threads = Integer.parseInt(args[1]);
         int depth = Integer.parseInt(args[2]);
-        jni = args.length > 3 && args[3].equals("jni");
+        mode = args.length > 3 ? args[3] : "";
         long end = System.nanoTime() + (long) (seconds * 1e9);
         Thread[] workers = new Thread[threads];
         for (int t = 0; t < threads; t++) {

@@ -6,7 +6,7 @@
 //! The JVM runtime (`runtime::jvm`) reads what a process needs from the
 //! JVM's VMStructs and hands it over here; naming the frames is its job too.
 
-use std::collections::HashSet;
+use std::collections::{HashMap as StdHashMap, HashSet};
 
 use aya::{
     Ebpf,
@@ -15,8 +15,9 @@ use aya::{
 };
 use profiler_common::{
     HOTSPOT_FINISH_SLOT, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
-    HotspotStack, HotspotStackOf, names,
+    HotspotStack, HotspotStackOf, HotspotThread, names,
 };
+use tracing::debug;
 
 use super::{CollectError, pooled::PooledStacks, take_map};
 
@@ -45,6 +46,9 @@ pub struct HotspotMaps {
     /// descriptor closes.
     _walker: ProgramArray<MapData>,
     processes: HashMap<MapData, u32, HotspotProcInfo>,
+    threads: HashMap<MapData, u32, HotspotThread>,
+    /// Each walked JVM's threads in `threads`: host tid → `JavaThread*`.
+    registered: StdHashMap<u32, StdHashMap<u32, u64>>,
     stacks: PooledStacks<HotspotStack>,
     short_stacks: PooledStacks<HotspotShortStack>,
     watched: HashSet<u32>,
@@ -76,6 +80,8 @@ impl HotspotMaps {
         Ok(Self {
             _walker: walker,
             processes: take_map(ebpf, names::HOTSPOT_PROCS)?,
+            threads: take_map(ebpf, names::HOTSPOT_THREADS)?,
+            registered: StdHashMap::new(),
             stacks: PooledStacks::take(ebpf, names::HOTSPOT_STACKS)?,
             short_stacks: PooledStacks::take(ebpf, names::HOTSPOT_SHORT_STACKS)?,
             watched: HashSet::new(),
@@ -94,18 +100,66 @@ impl HotspotMaps {
         Ok(())
     }
 
-    /// Stops walking an exited process's frames.
-    pub fn held(&self, held: &mut crate::sys::held::Held) {
-        held.add("collect.hotspot_processes", self.watched.len());
+    /// Replaces JVM `pid`'s threads by `threads` (host tid, `JavaThread*`),
+    /// writing only what changed. A full map leaves the rest without their
+    /// anchors (logged).
+    pub fn set_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
+        let before = self.registered.remove(&pid).unwrap_or_default();
+        let now: StdHashMap<u32, u64> = threads.iter().copied().collect();
+        for &tid in before.keys().filter(|tid| !now.contains_key(tid)) {
+            self.remove_thread(pid, tid);
+        }
+        let mut registered = StdHashMap::with_capacity(now.len());
+        for (tid, java_thread) in now {
+            if before.get(&tid) != Some(&java_thread) {
+                let value = HotspotThread {
+                    tgid: pid,
+                    java_thread,
+                    ..HotspotThread::default()
+                };
+                if let Err(err) = self.threads.insert(&tid, &value, 0) {
+                    debug!(
+                        pid,
+                        tid, "JVM thread's anchor not told to the walker: {err}"
+                    );
+                    continue;
+                }
+            }
+            registered.insert(tid, java_thread);
+        }
+        self.registered.insert(pid, registered);
     }
 
-    /// Whether it was walked.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        held.add("collect.hotspot_processes", self.watched.len());
+        held.add(
+            "collect.hotspot_threads",
+            self.registered.values().map(StdHashMap::len).sum(),
+        );
+    }
+
+    /// Stops walking an exited process's frames; whether it was walked.
     pub fn forget(&mut self, pid: u32) -> bool {
+        for tid in self.registered.remove(&pid).unwrap_or_default().into_keys() {
+            self.remove_thread(pid, tid);
+        }
         let walked = self.watched.remove(&pid);
         if walked {
             let _ = self.processes.remove(&pid);
         }
         walked
+    }
+
+    /// Removes thread `tid` of JVM `pid`, unless its id went to a thread
+    /// of another JVM meanwhile (which registered it as its own).
+    fn remove_thread(&mut self, pid: u32, tid: u32) {
+        if self
+            .threads
+            .get(&tid, 0)
+            .is_ok_and(|thread| thread.tgid == pid)
+        {
+            let _ = self.threads.remove(&tid);
+        }
     }
 
     /// The `idle` buffer's stacks, taken out of the kernel: the stack

@@ -207,6 +207,9 @@ pub struct KernelStats {
     pub hotspot_walks: u64,
     /// Of those, stacks lost to a full map (counted with a frame-pointer walk).
     pub hotspot_stacks_lost: u64,
+    /// Of those, walks that went on from the thread's last Java frame
+    /// (its `JavaFrameAnchor`) past native frames.
+    pub hotspot_anchored: u64,
 }
 
 /// Every this many drains, a stack map is listed whole, not only for the
@@ -542,6 +545,12 @@ impl Collector {
         self.python.set_threads(pid, threads);
     }
 
+    /// Tells the JVM walker which `JavaThread` each of JVM `pid`'s threads
+    /// is, as (host tid, `JavaThread*`).
+    pub fn set_hotspot_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
+        self.hotspot.set_threads(pid, threads);
+    }
+
     /// Walks a JVM's user stacks through its Java frames (see [`hotspot`]).
     pub fn watch_hotspot(
         &mut self,
@@ -737,6 +746,7 @@ impl Collector {
             offcpu_stacks_lost: sum(stat::OFFCPU_STACKS_LOST),
             hotspot_walks: sum(stat::HOTSPOT_WALKS),
             hotspot_stacks_lost: sum(stat::HOTSPOT_STACKS_LOST),
+            hotspot_anchored: sum(stat::HOTSPOT_ANCHORED),
         }
     }
 }

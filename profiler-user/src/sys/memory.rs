@@ -189,6 +189,11 @@ impl CachedMemory {
         }
     }
 
+    /// The process's memory, read afresh (what changes between drains).
+    pub fn uncached(&self) -> Memory {
+        self.memory
+    }
+
     /// Forgets every block read (the process may have changed them since).
     pub fn clear(&mut self) {
         self.pages.get_mut().clear();

@@ -5,6 +5,7 @@
 //! symbolizer and named from the JVM's perf map, asked for in parallel where
 //! it is stale; a JVM's state goes when it exits.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use crate::{
     enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     runtime::Runtime,
     symbolize::{Frame, FrameKind, RuntimeFrames, proc_maps::ProcMaps},
+    sys::proc,
 };
 
 /// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
@@ -185,8 +187,15 @@ impl JvmRuntime {
             _ => Instant::now(),
         };
         match attempt {
-            Ok(process) => {
+            Ok(mut process) => {
                 info!(pid, "Java frames walked from HotSpot's own structures");
+                if let Some(why) = process.threads_unknown() {
+                    info!(
+                        pid,
+                        "Java frames walked without the threads' anchors: {why}"
+                    );
+                }
+                sync_threads(pid, &mut process, collector);
                 Walker::Walked(Box::new(process))
             }
             Err((true, last)) if since.elapsed() < HOTSPOT_READY_WITHIN => {
@@ -198,6 +207,24 @@ impl JvmRuntime {
                 Walker::FramePointers(reason)
             }
         }
+    }
+}
+
+/// Tells the kernel's walker JVM `pid`'s threads (host tid, `JavaThread*`)
+/// if they changed since the last time.
+fn sync_threads(pid: u32, process: &mut HotspotProcess, collector: &mut Collector) {
+    let live = OnceCell::new();
+    let live = || live.get_or_init(|| proc::namespace_threads(pid).unwrap_or_default());
+    match process.threads_changed(|id| !live().contains_key(&id)) {
+        Ok(Some(threads)) => {
+            let on_host: Vec<(u32, u64)> = threads
+                .into_iter()
+                .filter_map(|(id, thread)| Some((*live().get(&id)?, thread)))
+                .collect();
+            collector.set_hotspot_threads(pid, &on_host);
+        }
+        Ok(None) => {}
+        Err(err) => debug!(pid, "JVM threads not read: {err}"),
     }
 }
 
@@ -225,6 +252,14 @@ impl Runtime for JvmRuntime {
             .collect();
         for pid in pending {
             self.try_walk(pid, collector);
+        }
+        // Java threads come and go: where a JVM published a new list of
+        // them, the walker learns which `JavaThread` each thread is (a
+        // thread younger than that is walked without its anchor).
+        for (&pid, walker) in &mut self.walkers {
+            if let Walker::Walked(process) = walker {
+                sync_threads(pid, process, collector);
+            }
         }
     }
 

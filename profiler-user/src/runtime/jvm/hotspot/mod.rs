@@ -3,7 +3,9 @@
 //! [`libjvm`]), the offsets sparkprof needs from them ([`layout`]), its
 //! code cache ([`code_cache`]: which code blob holds an address), the
 //! names of its methods ([`names`]: `Method*` to `pkg.Class.method`), and
-//! its threads' Java frames walked without frame pointers ([`walk`]).
+//! its threads ([`threads`]: thread id to `JavaThread`, and where each
+//! keeps its last Java frame), and their Java frames walked without frame
+//! pointers ([`walk`]).
 //!
 //! This is what lets Java frames be named whether interpreted or compiled,
 //! and walked without `-XX:+PreserveFramePointer` (issue 16); the kernel's
@@ -18,6 +20,7 @@ pub mod libjvm;
 pub mod lines;
 pub mod names;
 pub mod process;
+pub mod threads;
 pub mod vmstructs;
 pub mod walk;
 

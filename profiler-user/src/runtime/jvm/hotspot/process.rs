@@ -25,6 +25,7 @@ use super::{
     libjvm,
     lines::LineLayout,
     names::{ClassNames, method_name},
+    threads::{JavaThreads, ThreadLayout},
     vmstructs::VmStructs,
 };
 use crate::{
@@ -32,6 +33,8 @@ use crate::{
     sys::memory::{CachedMemory, Memory, ReadMemory},
 };
 
+/// A `JavaThread`'s fields lie within this many bytes of its start.
+const MAX_JAVA_THREAD_OFFSET: u32 = 1 << 16;
 /// Distinct methods and compiled pcs whose names are kept per JVM (a
 /// Spark executor compiles a few thousand methods); past this the cache
 /// starts over.
@@ -104,6 +107,10 @@ pub struct HotspotProcess {
     cache: CodeCache,
     /// How to find the methods inlined at a compiled pc (or why not).
     inlining: Result<InliningLayout, String>,
+    /// Where its threads and their last Java frames are (or why not).
+    thread_layout: Result<ThreadLayout, String>,
+    /// Its Java threads as last read.
+    threads: JavaThreads,
     /// `Method*` → its name (`None`: not a readable method).
     methods: FastMap<u64, Option<Arc<str>>>,
     /// Class names by constant pool, kept and let go with `methods`.
@@ -128,6 +135,7 @@ impl HotspotProcess {
         held.add("jvm.pc_descs", self.compiled_descs);
         held.add("jvm.memory_blocks", self.memory.len());
         held.add("jvm.drain_addresses", self.addresses.len());
+        held.add("jvm.java_threads", self.threads.len());
     }
 
     /// A new drain's frames are to be named: what was read of the JVM's
@@ -150,6 +158,7 @@ impl HotspotProcess {
         let inlining = LineLayout::from_tables(&memory, &tables)
             .and_then(|lines| InliningLayout::from_tables(&tables, lines.unsigned5_excluded))
             .map_err(|err| err.to_string());
+        let thread_layout = ThreadLayout::from_tables(&tables).map_err(|err| err.to_string());
         // What the frames' names are read from is read afresh.
         memory.clear();
         Ok(Self {
@@ -157,6 +166,8 @@ impl HotspotProcess {
             layout,
             cache,
             inlining,
+            thread_layout,
+            threads: JavaThreads::default(),
             methods: FastMap::default(),
             classes: ClassNames::new(),
             code: FastMap::default(),
@@ -191,6 +202,26 @@ impl HotspotProcess {
         }
     }
 
+    /// The JVM's Java threads as (thread id in its PID namespace,
+    /// `JavaThread*`) if they changed since the last call; `stale`: a
+    /// thread id gone since. `None` too where the JVM's tables do not say
+    /// where its threads are (its samples are walked without anchors).
+    pub fn threads_changed(
+        &mut self,
+        stale: impl Fn(u32) -> bool,
+    ) -> Result<Option<Vec<(u32, u64)>>, HotspotError> {
+        let Ok(layout) = &self.thread_layout else {
+            return Ok(None);
+        };
+        // Read afresh: the list changes between drains.
+        self.threads.changed(&self.memory.uncached(), layout, stale)
+    }
+
+    /// Why the JVM's threads cannot be told to the walker, if they cannot.
+    pub fn threads_unknown(&self) -> Option<&str> {
+        self.thread_layout.as_ref().err().map(String::as_str)
+    }
+
     /// What the kernel's walker needs, checked for what it relies on.
     pub fn proc_info(&self) -> Result<HotspotProcInfo, HotspotError> {
         let code_low = self.memory.read_u64(self.layout.code_cache_low)?;
@@ -212,6 +243,22 @@ impl HotspotProcess {
             nmethod_compile_id: small(self.layout.nmethod_compile_id)?,
             ..HotspotProcInfo::default()
         };
+        if let Ok(threads) = &self.thread_layout {
+            let in_thread = |field: u64| {
+                u32::try_from(threads.anchor + field)
+                    .ok()
+                    .filter(|&offset| offset < MAX_JAVA_THREAD_OFFSET)
+                    .ok_or_else(|| {
+                        HotspotError::Garbage(format!(
+                            "JavaThread::_anchor at {} (+{field})",
+                            threads.anchor
+                        ))
+                    })
+            };
+            info.last_java_sp = in_thread(threads.last_java_sp)?;
+            info.last_java_pc = in_thread(threads.last_java_pc)?;
+            info.last_java_fp = in_thread(threads.last_java_fp)?;
+        }
         if let Some((low, high)) = self.interpreter()? {
             if low < code_low || high > code_high || low >= high {
                 return Err(HotspotError::Garbage(format!(

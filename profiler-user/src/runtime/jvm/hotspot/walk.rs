@@ -22,7 +22,7 @@ use super::{
     HotspotError,
     code_cache::{BlobKind, CodeCache},
     layout::HotspotLayout,
-    vmstructs::VmStructs,
+    threads::ThreadLayout,
 };
 use crate::sys::memory::ReadMemory;
 
@@ -45,75 +45,6 @@ pub enum JavaFrame {
     Compiled { method: u64, nmethod: u64 },
     /// A VM stub, by HotSpot's name for it.
     Stub(String),
-}
-
-/// Where a thread's threads list and anchors are (optional parts of the
-/// layout: only the userspace walk needs them).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadLayout {
-    /// Address of `ThreadsSMRSupport::_java_thread_list`.
-    pub java_thread_list: u64,
-    pub threads_list_length: u64,
-    pub threads_list_threads: u64,
-    pub osthread: u64,
-    pub osthread_thread_id: u64,
-    pub anchor: u64,
-    pub last_java_sp: u64,
-    pub last_java_pc: u64,
-    pub last_java_fp: u64,
-}
-
-impl ThreadLayout {
-    pub fn from_tables(tables: &VmStructs) -> Result<Self, HotspotError> {
-        let missing = |what: String| HotspotError::MissingField(what);
-        let offset = |ty: &str, field: &str| {
-            tables
-                .offset(ty, field)
-                .ok_or_else(|| missing(format!("{ty}::{field}")))
-        };
-        Ok(Self {
-            java_thread_list: tables
-                .address("ThreadsSMRSupport", "_java_thread_list")
-                .ok_or_else(|| missing("static ThreadsSMRSupport::_java_thread_list".into()))?,
-            threads_list_length: offset("ThreadsList", "_length")?,
-            threads_list_threads: offset("ThreadsList", "_threads")?,
-            osthread: tables
-                .offset("JavaThread", "_osthread")
-                .or_else(|| tables.offset("Thread", "_osthread"))
-                .ok_or_else(|| missing("Thread::_osthread".into()))?,
-            osthread_thread_id: offset("OSThread", "_thread_id")?,
-            anchor: offset("JavaThread", "_anchor")?,
-            last_java_sp: offset("JavaFrameAnchor", "_last_Java_sp")?,
-            last_java_pc: offset("JavaFrameAnchor", "_last_Java_pc")?,
-            last_java_fp: offset("JavaFrameAnchor", "_last_Java_fp")?,
-        })
-    }
-}
-
-/// The `JavaThread*` of the thread whose id (in the JVM's PID namespace)
-/// is `tid`, from the VM's list of Java threads.
-pub fn java_thread(
-    memory: &impl ReadMemory,
-    threads: &ThreadLayout,
-    tid: u32,
-) -> Result<Option<u64>, HotspotError> {
-    let list = memory.read_u64(threads.java_thread_list)?;
-    if list == 0 {
-        return Err(HotspotError::NotReady("no Java threads list"));
-    }
-    let length = memory.read_u32(list + threads.threads_list_length)?;
-    if length > 1 << 20 {
-        return Err(HotspotError::Garbage(format!("{length} Java threads")));
-    }
-    let array = memory.read_u64(list + threads.threads_list_threads)?;
-    for i in 0..u64::from(length) {
-        let thread = memory.read_u64(array + 8 * i)?;
-        let os = memory.read_u64(thread + threads.osthread)?;
-        if os != 0 && memory.read_u32(os + threads.osthread_thread_id)? == tid {
-            return Ok(Some(thread));
-        }
-    }
-    Ok(None)
 }
 
 /// The Java frames of a thread that is out of Java now (blocked, in

@@ -1,0 +1,177 @@
+//! A JVM's Java threads: which `JavaThread` each thread id is, from the
+//! VM's own list (`ThreadsSMRSupport::_java_thread_list`), and where a
+//! `JavaThread` keeps its last Java frame (`JavaFrameAnchor`).
+//!
+//! The kernel's walker needs the latter for a sample taken in native code
+//! (libjvm, libc, a JNI library): native frames do not always keep a frame
+//! pointer, and the anchor says where the Java frames resume. The list is
+//! read again only when the VM published a new one (it replaces the list,
+//! never edits it, whenever a thread starts or exits), and then only the
+//! threads not seen in the last one are read.
+
+use std::collections::HashMap;
+
+use super::{HotspotError, vmstructs::VmStructs};
+use crate::sys::memory::ReadMemory;
+
+/// A JVM lists at most this many Java threads (more is a list read torn
+/// or garbage).
+const MAX_JAVA_THREADS: u32 = 1 << 20;
+
+/// Where a thread's threads list and anchors are (optional parts of the
+/// layout: a JVM without them is walked without anchors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadLayout {
+    /// Address of `ThreadsSMRSupport::_java_thread_list`.
+    pub java_thread_list: u64,
+    pub threads_list_length: u64,
+    pub threads_list_threads: u64,
+    pub osthread: u64,
+    pub osthread_thread_id: u64,
+    pub anchor: u64,
+    pub last_java_sp: u64,
+    pub last_java_pc: u64,
+    pub last_java_fp: u64,
+}
+
+impl ThreadLayout {
+    pub fn from_tables(tables: &VmStructs) -> Result<Self, HotspotError> {
+        let missing = |what: String| HotspotError::MissingField(what);
+        let offset = |ty: &str, field: &str| {
+            tables
+                .offset(ty, field)
+                .ok_or_else(|| missing(format!("{ty}::{field}")))
+        };
+        Ok(Self {
+            java_thread_list: tables
+                .address("ThreadsSMRSupport", "_java_thread_list")
+                .ok_or_else(|| missing("static ThreadsSMRSupport::_java_thread_list".into()))?,
+            threads_list_length: offset("ThreadsList", "_length")?,
+            threads_list_threads: offset("ThreadsList", "_threads")?,
+            osthread: tables
+                .offset("JavaThread", "_osthread")
+                .or_else(|| tables.offset("Thread", "_osthread"))
+                .ok_or_else(|| missing("Thread::_osthread".into()))?,
+            osthread_thread_id: offset("OSThread", "_thread_id")?,
+            anchor: offset("JavaThread", "_anchor")?,
+            last_java_sp: offset("JavaFrameAnchor", "_last_Java_sp")?,
+            last_java_pc: offset("JavaFrameAnchor", "_last_Java_pc")?,
+            last_java_fp: offset("JavaFrameAnchor", "_last_Java_fp")?,
+        })
+    }
+
+    /// The list of Java threads now (its address: a new one each change).
+    fn list(&self, memory: &impl ReadMemory) -> Result<u64, HotspotError> {
+        match memory.read_u64(self.java_thread_list)? {
+            0 => Err(HotspotError::NotReady("no Java threads list")),
+            list => Ok(list),
+        }
+    }
+
+    /// The `JavaThread*`s in `list`.
+    fn threads_in(&self, memory: &impl ReadMemory, list: u64) -> Result<Vec<u64>, HotspotError> {
+        let length = memory.read_u32(list + self.threads_list_length)?;
+        if length > MAX_JAVA_THREADS {
+            return Err(HotspotError::Garbage(format!("{length} Java threads")));
+        }
+        let array = memory.read_u64(list + self.threads_list_threads)?;
+        let bytes = memory.read_vec(array, 8 * length as usize)?;
+        Ok(bytes
+            .as_chunks::<8>()
+            .0
+            .iter()
+            .map(|&word| u64::from_le_bytes(word))
+            .collect())
+    }
+
+    /// The thread id of `thread` (in the JVM's PID namespace), `None` for
+    /// a thread not started yet.
+    fn thread_id(
+        &self,
+        memory: &impl ReadMemory,
+        thread: u64,
+    ) -> Result<Option<u32>, HotspotError> {
+        let os = memory.read_u64(thread + self.osthread)?;
+        if os == 0 {
+            return Ok(None);
+        }
+        Ok(Some(memory.read_u32(os + self.osthread_thread_id)?).filter(|&tid| tid != 0))
+    }
+}
+
+/// The `JavaThread*` of the thread whose id (in the JVM's PID namespace)
+/// is `tid`, from the VM's list of Java threads.
+pub fn java_thread(
+    memory: &impl ReadMemory,
+    threads: &ThreadLayout,
+    tid: u32,
+) -> Result<Option<u64>, HotspotError> {
+    let list = threads.list(memory)?;
+    for thread in threads.threads_in(memory, list)? {
+        if threads.thread_id(memory, thread)? == Some(tid) {
+            return Ok(Some(thread));
+        }
+    }
+    Ok(None)
+}
+
+/// A JVM's Java threads as last read: (thread id in the JVM's PID
+/// namespace, `JavaThread*`), read again when the VM publishes a new list.
+#[derive(Debug, Default)]
+pub struct JavaThreads {
+    list: u64,
+    /// `JavaThread*` → its thread id, for the threads of `list`.
+    ids: HashMap<u64, u32>,
+}
+
+impl JavaThreads {
+    /// Threads held.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The JVM's threads as (thread id, `JavaThread*`) if its list changed
+    /// since the last call, `None` if not. A `JavaThread*` kept from the
+    /// last list keeps its id unless `stale` says that id is gone (its
+    /// memory then went to a new thread).
+    pub fn changed(
+        &mut self,
+        memory: &impl ReadMemory,
+        layout: &ThreadLayout,
+        stale: impl Fn(u32) -> bool,
+    ) -> Result<Option<Vec<(u32, u64)>>, HotspotError> {
+        let list = layout.list(memory)?;
+        if list == self.list {
+            return Ok(None);
+        }
+        let mut ids = HashMap::new();
+        let mut started = true;
+        for thread in layout.threads_in(memory, list)? {
+            let id = match self.ids.get(&thread) {
+                Some(&id) if !stale(id) => Some(id),
+                _ => layout.thread_id(memory, thread)?,
+            };
+            match id {
+                Some(id) => {
+                    ids.insert(thread, id);
+                }
+                None => started = false,
+            }
+        }
+        // A list freed and replaced while it was read is read again next
+        // time (what it gave may mix two lists' threads).
+        if layout.list(memory)? != list {
+            return Ok(None);
+        }
+        // A thread without its id yet: the same list is read again.
+        self.list = if started { list } else { 0 };
+        self.ids = ids;
+        Ok(Some(
+            self.ids.iter().map(|(&thread, &id)| (id, thread)).collect(),
+        ))
+    }
+}
