@@ -93,7 +93,12 @@ pub struct HotspotProcInfo {
     pub last_java_sp: u32,
     pub last_java_pc: u32,
     pub last_java_fp: u32,
-    pub _pad: u32,
+    /// `JavaThread::_stack_base` (its top) and `_stack_size`: an anchor is
+    /// taken only where the sample and the anchor lie on the stack of the
+    /// `JavaThread` read (never another thread's frames, should a thread's
+    /// `JavaThread` be stale).
+    pub stack_base: u32,
+    pub stack_size: u32,
 }
 
 /// A thread of a walked JVM (`HOTSPOT_THREADS`, by tid): its process, so
@@ -742,7 +747,7 @@ mod user {
     // SAFETY: repr(C), u64, four u32, u64, sites of six u64 each, [u8; 16]:
     // no padding, any bits valid.
     unsafe impl aya::Pod for super::OffCpuStart {}
-    // SAFETY: repr(C), u64s then ten u32: no padding, any bits valid.
+    // SAFETY: repr(C), u64s then twelve u32: no padding, any bits valid.
     unsafe impl aya::Pod for super::HotspotProcInfo {}
     // SAFETY: repr(C), two u32 then a u64: no padding, any bits valid.
     unsafe impl aya::Pod for super::HotspotThread {}
@@ -793,7 +798,7 @@ mod tests {
     fn hotspot_records_have_no_padding() {
         assert_eq!(
             core::mem::size_of::<HotspotProcInfo>(),
-            4 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 10 * 4
+            4 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 12 * 4
         );
         assert_eq!(core::mem::size_of::<HotspotThread>(), 16);
         assert_eq!(core::mem::size_of::<HotspotFrame>(), 16);

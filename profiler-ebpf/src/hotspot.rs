@@ -378,7 +378,8 @@ fn native_step(info: &HotspotProcInfo, walk: &mut Walk, leaf: bool) {
 }
 
 /// Where thread `tid` (of `tgid`) keeps its last Java frame, kept in the
-/// walk if it is one: above the leaf's sp, its pc in the code cache. A
+/// walk if it is one: above the leaf's sp, both on the `JavaThread`'s
+/// stack, its pc in the code cache. A
 /// thread in Java code has none (HotSpot clears `_last_Java_sp` on the
 /// way back into Java); an anchor without its pc has it as the return
 /// address just below its sp (as HotSpot's `make_walkable`).
@@ -396,6 +397,12 @@ fn last_java_frame(info: &HotspotProcInfo, tgid: u32, tid: u32, walk: &mut Walk)
     let java_thread = thread.java_thread;
     let sp = read_u64(java_thread + u64::from(info.last_java_sp));
     if !is_frame_pointer(walk.sp, sp) || sp == walk.sp {
+        return;
+    }
+    // Both on this JavaThread's stack: it is the sampled thread's.
+    let top = read_u64(java_thread + u64::from(info.stack_base));
+    let size = read_u64(java_thread + u64::from(info.stack_size));
+    if !(top.wrapping_sub(size) <= walk.sp && sp < top) {
         return;
     }
     let mut pc = read_u64(java_thread + u64::from(info.last_java_pc));

@@ -303,7 +303,7 @@ fn reads_and_walks_a_live_jvm(
     // found alone; read again only when the VM publishes a new list.
     let mut listed = JavaThreads::default();
     let all = listed
-        .changed(&memory, &threads, |_| false)
+        .changed(&memory, &threads)
         .unwrap()
         .expect("the first read lists the threads");
     let sleeper = java_thread(&memory, &threads, tid).unwrap();
@@ -322,11 +322,6 @@ fn reads_and_walks_a_live_jvm(
     );
     // (Compiler threads come and go: a new list between two reads is
     // read, and then the next read is tried again.)
-    let unchanged = (0..5).any(|_| {
-        listed
-            .changed(&memory, &threads, |_| false)
-            .unwrap()
-            .is_none()
-    });
+    let unchanged = (0..5).any(|_| listed.changed(&memory, &threads).unwrap().is_none());
     assert!(unchanged, "{jdk}: an unchanged list is read again");
 }

@@ -148,13 +148,8 @@ pub fn parse_maps(text: &str) -> io::Result<Vec<Mapping>> {
 /// process is gone.
 pub fn namespace_threads(pid: u32) -> io::Result<HashMap<u32, u32>> {
     let process = process(pid)?;
-    // One PID namespace level (the NSpid line has one id): ids are equal,
-    // and no thread's status needs reading.
-    let nested = process
-        .status()
-        .map_err(io_error)?
-        .nspid
-        .is_some_and(|ids| ids.len() > 1);
+    // Not nested: ids are equal, and no thread's status needs reading.
+    let nested = nested_pid_namespace(&process)?;
     let mut threads = HashMap::new();
     for task in process.tasks().map_err(io_error)?.flatten() {
         let Ok(host) = u32::try_from(task.tid) else {
@@ -176,6 +171,21 @@ pub fn namespace_threads(pid: u32) -> io::Result<HashMap<u32, u32>> {
         threads.insert(inner, host);
     }
     Ok(threads)
+}
+
+/// Whether process `pid` runs in a PID namespace of its own (a
+/// container's), where its thread ids are not this host's.
+pub fn in_nested_pid_namespace(pid: u32) -> io::Result<bool> {
+    nested_pid_namespace(&process(pid)?)
+}
+
+/// One PID namespace level (the NSpid line has one id): not nested.
+fn nested_pid_namespace(process: &procfs::process::Process) -> io::Result<bool> {
+    Ok(process
+        .status()
+        .map_err(io_error)?
+        .nspid
+        .is_some_and(|ids| ids.len() > 1))
 }
 
 /// The processes running now, by PID.

@@ -5,7 +5,6 @@
 //! symbolizer and named from the JVM's perf map, asked for in parallel where
 //! it is stale; a JVM's state goes when it exits.
 
-use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -211,16 +210,20 @@ impl JvmRuntime {
 }
 
 /// Tells the kernel's walker JVM `pid`'s threads (host tid, `JavaThread*`)
-/// if they changed since the last time.
+/// if they changed since the last time. In a PID namespace of its own, the
+/// JVM's thread ids are translated to this host's (the kernel's).
 fn sync_threads(pid: u32, process: &mut HotspotProcess, collector: &mut Collector) {
-    let live = OnceCell::new();
-    let live = || live.get_or_init(|| proc::namespace_threads(pid).unwrap_or_default());
-    match process.threads_changed(|id| !live().contains_key(&id)) {
+    match process.threads_changed() {
         Ok(Some(threads)) => {
-            let on_host: Vec<(u32, u64)> = threads
-                .into_iter()
-                .filter_map(|(id, thread)| Some((*live().get(&id)?, thread)))
-                .collect();
+            let on_host: Vec<(u32, u64)> = if process.in_nested_pid_namespace() {
+                let ids = proc::namespace_threads(pid).unwrap_or_default();
+                threads
+                    .into_iter()
+                    .filter_map(|(id, thread)| Some((*ids.get(&id)?, thread)))
+                    .collect()
+            } else {
+                threads
+            };
             collector.set_hotspot_threads(pid, &on_host);
         }
         Ok(None) => {}

@@ -41,6 +41,12 @@ pub enum HotspotError {
         #[source]
         source: io::Error,
     },
+    #[error("cannot read /proc/{pid}/status: {source}")]
+    Status {
+        pid: u32,
+        #[source]
+        source: io::Error,
+    },
     #[error("{}: {reason}", path.display())]
     Elf { path: PathBuf, reason: String },
     #[error("libjvm.so does not export {0} (not a HotSpot build sparkprof can read)")]

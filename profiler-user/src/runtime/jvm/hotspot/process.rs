@@ -30,7 +30,10 @@ use super::{
 };
 use crate::{
     FastMap,
-    sys::memory::{CachedMemory, Memory, ReadMemory},
+    sys::{
+        memory::{CachedMemory, Memory, ReadMemory},
+        proc,
+    },
 };
 
 /// A `JavaThread`'s fields lie within this many bytes of its start.
@@ -111,6 +114,9 @@ pub struct HotspotProcess {
     thread_layout: Result<ThreadLayout, String>,
     /// Its Java threads as last read.
     threads: JavaThreads,
+    /// It runs in a PID namespace of its own: its thread ids are not the
+    /// host's.
+    nested_pid_namespace: bool,
     /// `Method*` → its name (`None`: not a readable method).
     methods: FastMap<u64, Option<Arc<str>>>,
     /// Class names by constant pool, kept and let go with `methods`.
@@ -168,6 +174,8 @@ impl HotspotProcess {
             inlining,
             thread_layout,
             threads: JavaThreads::default(),
+            nested_pid_namespace: proc::in_nested_pid_namespace(pid)
+                .map_err(|source| HotspotError::Status { pid, source })?,
             methods: FastMap::default(),
             classes: ClassNames::new(),
             code: FastMap::default(),
@@ -203,18 +211,20 @@ impl HotspotProcess {
     }
 
     /// The JVM's Java threads as (thread id in its PID namespace,
-    /// `JavaThread*`) if they changed since the last call; `stale`: a
-    /// thread id gone since. `None` too where the JVM's tables do not say
-    /// where its threads are (its samples are walked without anchors).
-    pub fn threads_changed(
-        &mut self,
-        stale: impl Fn(u32) -> bool,
-    ) -> Result<Option<Vec<(u32, u64)>>, HotspotError> {
+    /// `JavaThread*`) if they changed since the last call. `None` too where
+    /// the JVM's tables do not say where its threads are (its samples are
+    /// walked without anchors).
+    pub fn threads_changed(&mut self) -> Result<Option<Vec<(u32, u64)>>, HotspotError> {
         let Ok(layout) = &self.thread_layout else {
             return Ok(None);
         };
         // Read afresh: the list changes between drains.
-        self.threads.changed(&self.memory.uncached(), layout, stale)
+        self.threads.changed(&self.memory.uncached(), layout)
+    }
+
+    /// Whether its thread ids are those of a PID namespace of its own.
+    pub fn in_nested_pid_namespace(&self) -> bool {
+        self.nested_pid_namespace
     }
 
     /// Why the JVM's threads cannot be told to the walker, if they cannot.
@@ -258,6 +268,15 @@ impl HotspotProcess {
             info.last_java_sp = in_thread(threads.last_java_sp)?;
             info.last_java_pc = in_thread(threads.last_java_pc)?;
             info.last_java_fp = in_thread(threads.last_java_fp)?;
+            // Fields of the thread itself, not of its anchor.
+            let of_thread = |field: u64| {
+                u32::try_from(field)
+                    .ok()
+                    .filter(|&offset| offset < MAX_JAVA_THREAD_OFFSET)
+                    .ok_or_else(|| HotspotError::Garbage(format!("JavaThread field at {field}")))
+            };
+            info.stack_base = of_thread(threads.stack_base)?;
+            info.stack_size = of_thread(threads.stack_size)?;
         }
         if let Some((low, high)) = self.interpreter()? {
             if low < code_low || high > code_high || low >= high {

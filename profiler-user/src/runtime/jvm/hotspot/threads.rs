@@ -6,8 +6,12 @@
 //! (libjvm, libc, a JNI library): native frames do not always keep a frame
 //! pointer, and the anchor says where the Java frames resume. The list is
 //! read again only when the VM published a new one (it replaces the list,
-//! never edits it, whenever a thread starts or exits), and then only the
-//! threads not seen in the last one are read.
+//! never edits it, whenever a thread starts or exits): then a thread seen
+//! in the last one has only its id read again, through the `OSThread` it
+//! had (a `JavaThread` freed and its memory given to a new thread has the
+//! new one's there, if its `OSThread` went the same way). Should an id be
+//! stale all the same, the kernel takes an anchor only where the sample
+//! lies on the `JavaThread`'s own stack.
 
 use std::collections::HashMap;
 
@@ -32,6 +36,9 @@ pub struct ThreadLayout {
     pub last_java_sp: u64,
     pub last_java_pc: u64,
     pub last_java_fp: u64,
+    /// `JavaThread::_stack_base` (the top) and `_stack_size`.
+    pub stack_base: u64,
+    pub stack_size: u64,
 }
 
 impl ThreadLayout {
@@ -57,6 +64,14 @@ impl ThreadLayout {
             last_java_sp: offset("JavaFrameAnchor", "_last_Java_sp")?,
             last_java_pc: offset("JavaFrameAnchor", "_last_Java_pc")?,
             last_java_fp: offset("JavaFrameAnchor", "_last_Java_fp")?,
+            stack_base: tables
+                .offset("JavaThread", "_stack_base")
+                .or_else(|| tables.offset("Thread", "_stack_base"))
+                .ok_or_else(|| missing("Thread::_stack_base".into()))?,
+            stack_size: tables
+                .offset("JavaThread", "_stack_size")
+                .or_else(|| tables.offset("Thread", "_stack_size"))
+                .ok_or_else(|| missing("Thread::_stack_size".into()))?,
         })
     }
 
@@ -84,18 +99,23 @@ impl ThreadLayout {
             .collect())
     }
 
-    /// The thread id of `thread` (in the JVM's PID namespace), `None` for
-    /// a thread not started yet.
+    /// The thread id an `OSThread` holds (in the JVM's PID namespace),
+    /// `None` before it is set.
+    fn os_thread_id(&self, memory: &impl ReadMemory, os: u64) -> Result<Option<u32>, HotspotError> {
+        Ok(Some(memory.read_u32(os + self.osthread_thread_id)?).filter(|&tid| tid != 0))
+    }
+
+    /// The `OSThread` of `thread` and its thread id, `None` for a thread
+    /// not started yet.
     fn thread_id(
         &self,
         memory: &impl ReadMemory,
         thread: u64,
-    ) -> Result<Option<u32>, HotspotError> {
-        let os = memory.read_u64(thread + self.osthread)?;
-        if os == 0 {
-            return Ok(None);
+    ) -> Result<Option<(u64, u32)>, HotspotError> {
+        match memory.read_u64(thread + self.osthread)? {
+            0 => Ok(None),
+            os => Ok(self.os_thread_id(memory, os)?.map(|id| (os, id))),
         }
-        Ok(Some(memory.read_u32(os + self.osthread_thread_id)?).filter(|&tid| tid != 0))
     }
 }
 
@@ -108,7 +128,10 @@ pub fn java_thread(
 ) -> Result<Option<u64>, HotspotError> {
     let list = threads.list(memory)?;
     for thread in threads.threads_in(memory, list)? {
-        if threads.thread_id(memory, thread)? == Some(tid) {
+        if threads
+            .thread_id(memory, thread)?
+            .is_some_and(|(_, id)| id == tid)
+        {
             return Ok(Some(thread));
         }
     }
@@ -120,8 +143,9 @@ pub fn java_thread(
 #[derive(Debug, Default)]
 pub struct JavaThreads {
     list: u64,
-    /// `JavaThread*` → its thread id, for the threads of `list`.
-    ids: HashMap<u64, u32>,
+    /// `JavaThread*` → its `OSThread*` and thread id, for the threads of
+    /// `list`.
+    ids: HashMap<u64, (u64, u32)>,
 }
 
 impl JavaThreads {
@@ -135,14 +159,11 @@ impl JavaThreads {
     }
 
     /// The JVM's threads as (thread id, `JavaThread*`) if its list changed
-    /// since the last call, `None` if not. A `JavaThread*` kept from the
-    /// last list keeps its id unless `stale` says that id is gone (its
-    /// memory then went to a new thread).
+    /// since the last call, `None` if not.
     pub fn changed(
         &mut self,
         memory: &impl ReadMemory,
         layout: &ThreadLayout,
-        stale: impl Fn(u32) -> bool,
     ) -> Result<Option<Vec<(u32, u64)>>, HotspotError> {
         let list = layout.list(memory)?;
         if list == self.list {
@@ -152,8 +173,8 @@ impl JavaThreads {
         let mut started = true;
         for thread in layout.threads_in(memory, list)? {
             let id = match self.ids.get(&thread) {
-                Some(&id) if !stale(id) => Some(id),
-                _ => layout.thread_id(memory, thread)?,
+                Some(&(os, _)) => layout.os_thread_id(memory, os)?.map(|id| (os, id)),
+                None => layout.thread_id(memory, thread)?,
             };
             match id {
                 Some(id) => {
@@ -171,7 +192,10 @@ impl JavaThreads {
         self.list = if started { list } else { 0 };
         self.ids = ids;
         Ok(Some(
-            self.ids.iter().map(|(&thread, &id)| (id, thread)).collect(),
+            self.ids
+                .iter()
+                .map(|(&thread, &(_, id))| (id, thread))
+                .collect(),
         ))
     }
 }
