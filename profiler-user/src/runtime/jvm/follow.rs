@@ -27,7 +27,6 @@ use crate::{
     enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     runtime::Runtime,
     symbolize::{Frame, FrameKind, RuntimeFrames, proc_maps::ProcMaps},
-    sys::proc,
 };
 
 /// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
@@ -210,22 +209,10 @@ impl JvmRuntime {
 }
 
 /// Tells the kernel's walker JVM `pid`'s threads (host tid, `JavaThread*`)
-/// if they changed since the last time. In a PID namespace of its own, the
-/// JVM's thread ids are translated to this host's (the kernel's).
+/// if they changed since the last time.
 fn sync_threads(pid: u32, process: &mut HotspotProcess, collector: &mut Collector) {
     match process.threads_changed() {
-        Ok(Some(threads)) => {
-            let on_host: Vec<(u32, u64)> = if process.in_nested_pid_namespace() {
-                let ids = proc::namespace_threads(pid).unwrap_or_default();
-                threads
-                    .into_iter()
-                    .filter_map(|(id, thread)| Some((*ids.get(&id)?, thread)))
-                    .collect()
-            } else {
-                threads
-            };
-            collector.set_hotspot_threads(pid, &on_host);
-        }
+        Ok(Some(threads)) => collector.set_hotspot_threads(pid, &threads),
         Ok(None) => {}
         Err(err) => debug!(pid, "JVM threads not read: {err}"),
     }

@@ -11,6 +11,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
+    time::Instant,
 };
 
 use profiler_common::{
@@ -25,7 +26,7 @@ use super::{
     libjvm,
     lines::LineLayout,
     names::{ClassNames, method_name},
-    threads::{JavaThreads, ThreadLayout},
+    threads::{self, JavaThreads, ThreadLayout},
     vmstructs::VmStructs,
 };
 use crate::{
@@ -114,9 +115,10 @@ pub struct HotspotProcess {
     thread_layout: Result<ThreadLayout, String>,
     /// Its Java threads as last read.
     threads: JavaThreads,
-    /// It runs in a PID namespace of its own: its thread ids are not the
-    /// host's.
-    nested_pid_namespace: bool,
+    pid: u32,
+    /// In a PID namespace of its own (its thread ids are not the host's):
+    /// its thread ids → the host's, as last read from /proc, and when.
+    host_ids: Option<(HashMap<u32, u32>, Option<Instant>)>,
     /// `Method*` → its name (`None`: not a readable method).
     methods: FastMap<u64, Option<Arc<str>>>,
     /// Class names by constant pool, kept and let go with `methods`.
@@ -174,8 +176,10 @@ impl HotspotProcess {
             inlining,
             thread_layout,
             threads: JavaThreads::default(),
-            nested_pid_namespace: proc::in_nested_pid_namespace(pid)
-                .map_err(|source| HotspotError::Status { pid, source })?,
+            pid,
+            host_ids: proc::in_nested_pid_namespace(pid)
+                .map_err(|source| HotspotError::Status { pid, source })?
+                .then(|| (HashMap::new(), None)),
             methods: FastMap::default(),
             classes: ClassNames::new(),
             code: FastMap::default(),
@@ -210,21 +214,38 @@ impl HotspotProcess {
         }
     }
 
-    /// The JVM's Java threads as (thread id in its PID namespace,
-    /// `JavaThread*`) if they changed since the last call. `None` too where
-    /// the JVM's tables do not say where its threads are (its samples are
-    /// walked without anchors).
+    /// The JVM's Java threads as (thread id on this host, `JavaThread*`)
+    /// if they changed since the last call. `None` too where the JVM's
+    /// tables do not say where its threads are (its samples are walked
+    /// without anchors). In a PID namespace of its own, its ids are
+    /// translated from /proc, read again for an id not known at most every
+    /// [`threads::RECHECK_IDS`] (a thread newer than that is left out
+    /// until then).
     pub fn threads_changed(&mut self) -> Result<Option<Vec<(u32, u64)>>, HotspotError> {
         let Ok(layout) = &self.thread_layout else {
             return Ok(None);
         };
         // Read afresh: the list changes between drains.
-        self.threads.changed(&self.memory.uncached(), layout)
-    }
-
-    /// Whether its thread ids are those of a PID namespace of its own.
-    pub fn in_nested_pid_namespace(&self) -> bool {
-        self.nested_pid_namespace
+        let Some(threads) = self.threads.changed(&self.memory.uncached(), layout)? else {
+            return Ok(None);
+        };
+        let Some((host_ids, read)) = &mut self.host_ids else {
+            return Ok(Some(threads));
+        };
+        let due = read.is_none_or(|read| read.elapsed() >= threads::RECHECK_IDS);
+        if due && threads.iter().any(|(id, _)| !host_ids.contains_key(id)) {
+            *host_ids = proc::namespace_threads(self.pid).unwrap_or_default();
+            *read = Some(Instant::now());
+        }
+        let on_host: Vec<(u32, u64)> = threads
+            .iter()
+            .filter_map(|(id, thread)| Some((*host_ids.get(id)?, *thread)))
+            .collect();
+        if on_host.len() < threads.len() {
+            // Those left out are tried again next time.
+            self.threads.read_again();
+        }
+        Ok(Some(on_host))
     }
 
     /// Why the JVM's threads cannot be told to the walker, if they cannot.

@@ -6,14 +6,20 @@
 //! (libjvm, libc, a JNI library): native frames do not always keep a frame
 //! pointer, and the anchor says where the Java frames resume. The list is
 //! read again only when the VM published a new one (it replaces the list,
-//! never edits it, whenever a thread starts or exits): then a thread seen
-//! in the last one has only its id read again, through the `OSThread` it
-//! had (a `JavaThread` freed and its memory given to a new thread has the
-//! new one's there, if its `OSThread` went the same way). Should an id be
-//! stale all the same, the kernel takes an anchor only where the sample
-//! lies on the `JavaThread`'s own stack.
+//! never edits it, whenever a thread starts or exits), and then only the
+//! threads not in the last one are read. A `JavaThread` freed and its
+//! memory given to a new thread keeps the old thread's id until every
+//! thread's id is read again, through the `OSThread` it had, at most every
+//! [`RECHECK_IDS`] (a JVM of thousands of threads that start and stop all
+//! the time costs one read per thread then, not every drain). A stale id
+//! costs that thread its anchor meanwhile, never a wrong frame: the kernel
+//! takes an anchor only where the sample lies on the `JavaThread`'s own
+//! stack.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use super::{HotspotError, vmstructs::VmStructs};
 use crate::sys::memory::ReadMemory;
@@ -21,6 +27,8 @@ use crate::sys::memory::ReadMemory;
 /// A JVM lists at most this many Java threads (more is a list read torn
 /// or garbage).
 const MAX_JAVA_THREADS: u32 = 1 << 20;
+/// How often the ids of threads already known are read again.
+pub const RECHECK_IDS: Duration = Duration::from_secs(10);
 
 /// Where a thread's threads list and anchors are (optional parts of the
 /// layout: a JVM without them is walked without anchors).
@@ -146,6 +154,8 @@ pub struct JavaThreads {
     /// `JavaThread*` → its `OSThread*` and thread id, for the threads of
     /// `list`.
     ids: HashMap<u64, (u64, u32)>,
+    /// When every thread's id was last read.
+    checked: Option<Instant>,
 }
 
 impl JavaThreads {
@@ -156,6 +166,11 @@ impl JavaThreads {
 
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+
+    /// The next call reads the list even if it has not changed.
+    pub fn read_again(&mut self) {
+        self.list = 0;
     }
 
     /// The JVM's threads as (thread id, `JavaThread*`) if its list changed
@@ -169,11 +184,15 @@ impl JavaThreads {
         if list == self.list {
             return Ok(None);
         }
+        let recheck = self
+            .checked
+            .is_none_or(|checked| checked.elapsed() >= RECHECK_IDS);
         let mut ids = HashMap::new();
         let mut started = true;
         for thread in layout.threads_in(memory, list)? {
             let id = match self.ids.get(&thread) {
-                Some(&(os, _)) => layout.os_thread_id(memory, os)?.map(|id| (os, id)),
+                Some(&(os, _)) if recheck => layout.os_thread_id(memory, os)?.map(|id| (os, id)),
+                Some(&known) => Some(known),
                 None => layout.thread_id(memory, thread)?,
             };
             match id {
@@ -191,6 +210,9 @@ impl JavaThreads {
         // A thread without its id yet: the same list is read again.
         self.list = if started { list } else { 0 };
         self.ids = ids;
+        if recheck {
+            self.checked = Some(Instant::now());
+        }
         Ok(Some(
             self.ids
                 .iter()
