@@ -57,29 +57,27 @@ impl ThreadLayout {
                 .offset(ty, field)
                 .ok_or_else(|| missing(format!("{ty}::{field}")))
         };
+        // A field of `Thread` in older JDKs, of `JavaThread` in newer ones.
+        let thread_field = |field: &str| {
+            tables
+                .offset("JavaThread", field)
+                .or_else(|| tables.offset("Thread", field))
+                .ok_or_else(|| missing(format!("Thread::{field}")))
+        };
         Ok(Self {
             java_thread_list: tables
                 .address("ThreadsSMRSupport", "_java_thread_list")
                 .ok_or_else(|| missing("static ThreadsSMRSupport::_java_thread_list".into()))?,
             threads_list_length: offset("ThreadsList", "_length")?,
             threads_list_threads: offset("ThreadsList", "_threads")?,
-            osthread: tables
-                .offset("JavaThread", "_osthread")
-                .or_else(|| tables.offset("Thread", "_osthread"))
-                .ok_or_else(|| missing("Thread::_osthread".into()))?,
+            osthread: thread_field("_osthread")?,
             osthread_thread_id: offset("OSThread", "_thread_id")?,
             anchor: offset("JavaThread", "_anchor")?,
             last_java_sp: offset("JavaFrameAnchor", "_last_Java_sp")?,
             last_java_pc: offset("JavaFrameAnchor", "_last_Java_pc")?,
             last_java_fp: offset("JavaFrameAnchor", "_last_Java_fp")?,
-            stack_base: tables
-                .offset("JavaThread", "_stack_base")
-                .or_else(|| tables.offset("Thread", "_stack_base"))
-                .ok_or_else(|| missing("Thread::_stack_base".into()))?,
-            stack_size: tables
-                .offset("JavaThread", "_stack_size")
-                .or_else(|| tables.offset("Thread", "_stack_size"))
-                .ok_or_else(|| missing("Thread::_stack_size".into()))?,
+            stack_base: thread_field("_stack_base")?,
+            stack_size: thread_field("_stack_size")?,
         })
     }
 
