@@ -379,10 +379,10 @@ fn native_step(info: &HotspotProcInfo, walk: &mut Walk, leaf: bool) {
 
 /// Where thread `tid` (of `tgid`) keeps its last Java frame, kept in the
 /// walk if it is one: above the leaf's sp, both on the `JavaThread`'s
-/// stack, its pc in the code cache. A
-/// thread in Java code has none (HotSpot clears `_last_Java_sp` on the
-/// way back into Java); an anchor without its pc has it as the return
-/// address just below its sp (as HotSpot's `make_walkable`).
+/// stack, its pc in the code cache. A thread in Java code has none
+/// (HotSpot clears `_last_Java_sp` on the way back into Java); an anchor
+/// without its pc has it as the return address just below its sp (as
+/// HotSpot's `make_walkable`).
 #[inline(always)]
 fn last_java_frame(info: &HotspotProcInfo, tgid: u32, tid: u32, walk: &mut Walk) {
     if info.last_java_sp == 0 {
