@@ -275,29 +275,14 @@ impl HotspotProcess {
             ..HotspotProcInfo::default()
         };
         if let Ok(threads) = &self.thread_layout {
-            let in_thread = |field: u64| {
-                u32::try_from(threads.anchor + field)
-                    .ok()
-                    .filter(|&offset| offset < MAX_JAVA_THREAD_OFFSET)
-                    .ok_or_else(|| {
-                        HotspotError::Garbage(format!(
-                            "JavaThread::_anchor at {} (+{field})",
-                            threads.anchor
-                        ))
-                    })
-            };
-            info.last_java_sp = in_thread(threads.last_java_sp)?;
-            info.last_java_pc = in_thread(threads.last_java_pc)?;
-            info.last_java_fp = in_thread(threads.last_java_fp)?;
-            // Fields of the thread itself, not of its anchor.
-            let of_thread = |field: u64| {
-                u32::try_from(field)
-                    .ok()
-                    .filter(|&offset| offset < MAX_JAVA_THREAD_OFFSET)
-                    .ok_or_else(|| HotspotError::Garbage(format!("JavaThread field at {field}")))
-            };
-            info.stack_base = of_thread(threads.stack_base)?;
-            info.stack_size = of_thread(threads.stack_size)?;
+            // Offsets into a `JavaThread`: its anchor's fields, its stack's.
+            let in_thread = |offset: u64| below(offset, MAX_JAVA_THREAD_OFFSET);
+            let anchor = |field: u64| in_thread(threads.anchor.saturating_add(field));
+            info.last_java_sp = anchor(threads.last_java_sp)?;
+            info.last_java_pc = anchor(threads.last_java_pc)?;
+            info.last_java_fp = anchor(threads.last_java_fp)?;
+            info.stack_base = in_thread(threads.stack_base)?;
+            info.stack_size = in_thread(threads.stack_size)?;
         }
         if let Some((low, high)) = self.interpreter()? {
             if low < code_low || high > code_high || low >= high {
@@ -564,10 +549,16 @@ impl HotspotProcess {
     }
 }
 
-/// An offset the kernel keeps in 32 bits.
+/// An offset the kernel keeps in 32 bits, into a struct smaller than a page.
 fn small(offset: u64) -> Result<u32, HotspotError> {
+    below(offset, 4096)
+}
+
+/// An offset the kernel keeps in 32 bits, below `bound` (any real
+/// HotSpot's are).
+fn below(offset: u64, bound: u32) -> Result<u32, HotspotError> {
     u32::try_from(offset)
         .ok()
-        .filter(|&o| o < 4096)
+        .filter(|&o| o < bound)
         .ok_or_else(|| HotspotError::Garbage(format!("offset {offset}")))
 }
