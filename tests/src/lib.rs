@@ -467,10 +467,50 @@ impl Workload {
 impl Drop for Workload {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_and_reap(&mut child);
         }
     }
+}
+
+/// Kills a process the tests started and reaps it. A JVM killed this way
+/// cannot remove what it keeps in the host's /tmp under its pid (its attach
+/// socket, perf map and perf data), and runs after runs would pile them up
+/// there: they are removed while the child is a zombie, when its pid cannot
+/// yet be another process's.
+pub fn kill_and_reap(child: &mut Child) {
+    let pid = child.id();
+    let _ = child.kill();
+    // SAFETY: an all-zero siginfo_t is valid; waitid only writes it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // WNOWAIT: waits for the exit but leaves the zombie (and its pid) be.
+    // SAFETY: our own child, and a valid out-pointer.
+    let exited =
+        unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) } == 0;
+    if exited {
+        let tmp = Path::new("/tmp");
+        let mut leftovers = vec![
+            tmp.join(format!(".java_pid{pid}")),
+            tmp.join(format!(".attach_pid{pid}")),
+            tmp.join(format!("perf-{pid}.map")),
+        ];
+        leftovers.extend(
+            std::fs::read_dir(tmp)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|entry| {
+                    entry
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("hsperfdata_")
+                })
+                .map(|entry| entry.path().join(pid.to_string())),
+        );
+        for path in leftovers {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let _ = child.wait();
 }
 
 /// Reads a sysctl under /proc/sys.

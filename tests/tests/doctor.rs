@@ -2,7 +2,7 @@
 
 use std::{process::Command, time::Duration};
 
-use sparkprof_tests::{on_bare_host, read_sysctl, require_root, sparkprof_bin};
+use sparkprof_tests::{kill_and_reap, on_bare_host, read_sysctl, require_root, sparkprof_bin};
 
 #[test]
 fn doctor_reports_host_facts_and_jvms() {
@@ -38,10 +38,8 @@ fn doctor_reports_host_facts_and_jvms() {
         .arg("doctor")
         .output()
         .unwrap();
-    let _ = with_fp.kill();
-    let _ = without_fp.kill();
-    let _ = with_fp.wait();
-    let _ = without_fp.wait();
+    kill_and_reap(&mut with_fp);
+    kill_and_reap(&mut without_fp);
     assert!(output.status.success());
     let report = String::from_utf8_lossy(&output.stdout);
     let value = |key: &str| {

