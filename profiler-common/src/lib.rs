@@ -101,15 +101,17 @@ pub struct HotspotProcInfo {
     pub stack_size: u32,
 }
 
-/// A thread of a walked JVM (`HOTSPOT_THREADS`, by tid): its process, so
-/// that a tid reused by another process is not taken for it, and its
-/// `JavaThread*`.
+/// A thread of a followed runtime process, by tid: a walked JVM's
+/// (`HOTSPOT_THREADS`, `state` its `JavaThread*`) or a CPython process's
+/// (`PY_THREADS`, `state` its `PyThreadState*`). It names its process:
+/// a tid reused by another process is not taken for it (the address means
+/// nothing there), and userspace removes only its own entries.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HotspotThread {
+pub struct RuntimeThread {
     pub tgid: u32,
     pub _pad: u32,
-    pub java_thread: u64,
+    pub state: u64,
 }
 
 /// What a [`HotspotFrame`] is.
@@ -580,7 +582,7 @@ pub mod names {
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
     /// `HashMap<u32 tgid, PythonOffsets>`: CPython processes followed.
     pub const PY_PROCS: &str = "PY_PROCS";
-    /// `HashMap<u32 tid, u64>`: their threads' `PyThreadState` addresses.
+    /// `HashMap<u32 tid, RuntimeThread>`: their threads' `PyThreadState`s.
     pub const PY_THREADS: &str = "PY_THREADS";
     /// `HashMap<u64, PythonStack>`: Python stacks of samples, one per buffer.
     pub const PY_STACKS: [&str; 2] = ["PY_STACKS_0", "PY_STACKS_1"];
@@ -624,7 +626,7 @@ pub mod names {
     pub const HOTSPOT_WALKER: &str = "HOTSPOT_WALKER";
     /// `HashMap<u32 tgid, HotspotProcInfo>`: JVMs whose frames are walked.
     pub const HOTSPOT_PROCS: &str = "HOTSPOT_PROCS";
-    /// `HashMap<u32 tid, HotspotThread>`: walked JVMs' threads.
+    /// `HashMap<u32 tid, RuntimeThread>`: walked JVMs' `JavaThread`s.
     pub const HOTSPOT_THREADS: &str = "HOTSPOT_THREADS";
     /// `HashMap<u64, HotspotStack>`: user stacks of JVM samples deeper than
     /// [`crate::HOTSPOT_SHORT_FRAMES`], one per buffer.
@@ -750,7 +752,7 @@ mod user {
     // SAFETY: repr(C), u64s then twelve u32: no padding, any bits valid.
     unsafe impl aya::Pod for super::HotspotProcInfo {}
     // SAFETY: repr(C), two u32 then a u64: no padding, any bits valid.
-    unsafe impl aya::Pod for super::HotspotThread {}
+    unsafe impl aya::Pod for super::RuntimeThread {}
     // SAFETY: repr(C), two u32 then frames of (u64, u32, u32): no padding,
     // any bits valid.
     unsafe impl<const N: usize> aya::Pod for super::HotspotStackOf<N> {}
@@ -800,7 +802,8 @@ mod tests {
             core::mem::size_of::<HotspotProcInfo>(),
             4 * 8 + 3 * 8 * HOTSPOT_MAX_HEAPS + 12 * 4
         );
-        assert_eq!(core::mem::size_of::<HotspotThread>(), 16);
+        assert_eq!(core::mem::size_of::<RuntimeThread>(), 16);
+        assert_eq!(core::mem::offset_of!(RuntimeThread, state), 8);
         assert_eq!(core::mem::size_of::<HotspotFrame>(), 16);
         assert_eq!(
             core::mem::size_of::<HotspotStack>(),

@@ -51,7 +51,7 @@ use aya_ebpf::{
 use profiler_common::{
     DEFAULT_HOTSPOT_STACK_ENTRIES, HOTSPOT_FINISH_SLOT, HOTSPOT_FRAMES_PER_RUN, HOTSPOT_MAX_FRAMES,
     HOTSPOT_SHORT_FRAMES, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
-    HotspotStack, HotspotThread, MAX_HOTSPOT_PROCESSES, MAX_HOTSPOT_THREADS, hotspot_frame, stat,
+    HotspotStack, MAX_HOTSPOT_PROCESSES, MAX_HOTSPOT_THREADS, RuntimeThread, hotspot_frame, stat,
 };
 
 use crate::{
@@ -68,7 +68,7 @@ static HOTSPOT_PROCS: HashMap<u32, HotspotProcInfo> =
 /// Walked JVMs' threads by tid (userspace keeps them current each drain;
 /// a thread younger than that is walked without its anchor).
 #[map]
-static HOTSPOT_THREADS: HashMap<u32, HotspotThread> =
+static HOTSPOT_THREADS: HashMap<u32, RuntimeThread> =
     HashMap::with_max_entries(MAX_HOTSPOT_THREADS, BPF_F_NO_PREALLOC);
 
 // Large values, allocated as stacks are filed (a drain clears them).
@@ -394,7 +394,7 @@ fn last_java_frame(info: &HotspotProcInfo, tgid: u32, tid: u32, walk: &mut Walk)
     if thread.tgid != tgid {
         return;
     }
-    let java_thread = thread.java_thread;
+    let java_thread = thread.state;
     let sp = read_u64(java_thread + u64::from(info.last_java_sp));
     if !is_frame_pointer(walk.sp, sp) || sp == walk.sp {
         return;

@@ -3,9 +3,9 @@
 //! CPython keeps its call stack in its own frame structs, not in frame
 //! pointers (and the interpreters on real hosts are built without them), so
 //! a native walk of a Python thread sees little more than the evaluation
-//! loop. For threads userspace registered (`PY_THREADS`: tid → the address
-//! of its `PyThreadState`, in a process whose version's offsets are in
-//! `PY_PROCS`), the sampler also follows the thread's frame chain and
+//! loop. For threads userspace registered (`PY_THREADS`: tid → its process
+//! and the address of its `PyThreadState`, in a process whose version's
+//! offsets are in `PY_PROCS`), the sampler also follows the thread's frame chain and
 //! records (code object, instruction) per frame, innermost first. Naming
 //! code objects and computing lines is left to userspace.
 
@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     MAX_PYTHON_PROCESSES, MAX_PYTHON_THREADS, PY_FRAME_WINDOW_BYTES, PY_MAX_FRAMES, PY_NO_OFFSET,
-    PythonFrame, PythonOffsets, PythonStack, python_layout,
+    PythonFrame, PythonOffsets, PythonStack, RuntimeThread, python_layout,
 };
 
 use crate::{
@@ -28,7 +28,7 @@ use crate::{
 static PY_PROCS: HashMap<u32, PythonOffsets> = HashMap::with_max_entries(MAX_PYTHON_PROCESSES, 0);
 
 #[map]
-static PY_THREADS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_PYTHON_THREADS, 0);
+static PY_THREADS: HashMap<u32, RuntimeThread> = HashMap::with_max_entries(MAX_PYTHON_THREADS, 0);
 
 #[map]
 static PY_STACKS_0: HashMap<u64, PythonStack> =
@@ -65,9 +65,15 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -
     let Some(offsets) = (unsafe { PY_PROCS.get(&tgid) }) else {
         return 0;
     };
-    let Some(&tstate) = (unsafe { PY_THREADS.get(&tid) }) else {
+    let Some(thread) = (unsafe { PY_THREADS.get(&tid) }) else {
         return 0;
     };
+    // A tid reused by another Python process before the next drain: its
+    // `PyThreadState` address means nothing in this one.
+    if thread.tgid != tgid {
+        return 0;
+    }
+    let tstate = thread.state;
     let Some(stack) = PY_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };

@@ -3,6 +3,7 @@
 //! sampler's Python walker to follow.
 
 use profiler_common::{PY_MAX_FRAMES, PY_NO_OFFSET, PythonFrame, PythonOffsets, python_layout};
+use sparkprof::collect::{PythonThread, RawPythonStack};
 
 /// One frame: every layout's fields at fixed offsets (the offsets handed
 /// to the kernel say where).
@@ -47,6 +48,22 @@ impl FakeThread {
     /// The address to register as the thread's `PyThreadState`.
     pub fn tstate(&self) -> u64 {
         &*self.tstate as *const FakeIndirect as u64
+    }
+
+    /// Thread `tid`, registered with this fake thread state.
+    pub fn thread(&self, tid: u32) -> PythonThread {
+        PythonThread {
+            tid,
+            tstate: self.tstate(),
+        }
+    }
+
+    /// The Python stack the walker records for it.
+    pub fn want(&self) -> RawPythonStack {
+        RawPythonStack {
+            frames: self.expected.clone(),
+            truncated: self.truncated,
+        }
     }
 
     /// The four layouts the walker knows, one case each.

@@ -110,7 +110,7 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 12] = [
+    let checks: [(&str, Check); 13] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
@@ -135,6 +135,10 @@ fn main() -> ExitCode {
             off_cpu::check_off_cpu_page_fault_waits,
         ),
         ("off_cpu_python_frames", python::check_off_cpu_python),
+        (
+            "python_thread_of_another_process",
+            python::check_python_thread_of_another_process,
+        ),
         ("task_rename_tracepoint", renames::check_task_rename),
         (
             "task_rename_by_another_thread",

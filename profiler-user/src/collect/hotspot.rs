@@ -6,7 +6,7 @@
 //! The JVM runtime (`runtime::jvm`) reads what a process needs from the
 //! JVM's VMStructs and hands it over here; naming the frames is its job too.
 
-use std::collections::{HashMap as StdHashMap, HashSet};
+use std::collections::HashSet;
 
 use aya::{
     Ebpf,
@@ -15,11 +15,10 @@ use aya::{
 };
 use profiler_common::{
     HOTSPOT_FINISH_SLOT, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
-    HotspotStack, HotspotStackOf, HotspotThread, names,
+    HotspotStack, HotspotStackOf, names,
 };
-use tracing::debug;
 
-use super::{CollectError, pooled::PooledStacks, take_map};
+use super::{CollectError, pooled::PooledStacks, take_map, threads::FollowedThreads};
 
 /// A JVM user stack as the kernel walked it: native and Java frames, leaf
 /// first.
@@ -46,9 +45,8 @@ pub struct HotspotMaps {
     /// descriptor closes.
     _walker: ProgramArray<MapData>,
     processes: HashMap<MapData, u32, HotspotProcInfo>,
-    threads: HashMap<MapData, u32, HotspotThread>,
-    /// Each walked JVM's threads in `threads`: host tid → `JavaThread*`.
-    registered: StdHashMap<u32, StdHashMap<u32, u64>>,
+    /// Each walked JVM's threads: host tid → `JavaThread*`.
+    threads: FollowedThreads,
     stacks: PooledStacks<HotspotStack>,
     short_stacks: PooledStacks<HotspotShortStack>,
     watched: HashSet<u32>,
@@ -80,8 +78,7 @@ impl HotspotMaps {
         Ok(Self {
             _walker: walker,
             processes: take_map(ebpf, names::HOTSPOT_PROCS)?,
-            threads: take_map(ebpf, names::HOTSPOT_THREADS)?,
-            registered: StdHashMap::new(),
+            threads: FollowedThreads::take(ebpf, names::HOTSPOT_THREADS)?,
             stacks: PooledStacks::take(ebpf, names::HOTSPOT_STACKS)?,
             short_stacks: PooledStacks::take(ebpf, names::HOTSPOT_SHORT_STACKS)?,
             watched: HashSet::new(),
@@ -104,62 +101,22 @@ impl HotspotMaps {
     /// writing only what changed. A full map leaves the rest without their
     /// anchors (logged).
     pub fn set_threads(&mut self, pid: u32, threads: &[(u32, u64)]) {
-        let before = self.registered.remove(&pid).unwrap_or_default();
-        let now: StdHashMap<u32, u64> = threads.iter().copied().collect();
-        for &tid in before.keys().filter(|tid| !now.contains_key(tid)) {
-            self.remove_thread(pid, tid);
-        }
-        let mut registered = StdHashMap::with_capacity(now.len());
-        for (tid, java_thread) in now {
-            if before.get(&tid) != Some(&java_thread) {
-                let value = HotspotThread {
-                    tgid: pid,
-                    java_thread,
-                    ..HotspotThread::default()
-                };
-                if let Err(err) = self.threads.insert(&tid, &value, 0) {
-                    debug!(
-                        pid,
-                        tid, "JVM thread's anchor not told to the walker: {err}"
-                    );
-                    continue;
-                }
-            }
-            registered.insert(tid, java_thread);
-        }
-        self.registered.insert(pid, registered);
+        self.threads.set(pid, threads.iter().copied());
     }
 
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("collect.hotspot_processes", self.watched.len());
-        held.add(
-            "collect.hotspot_threads",
-            self.registered.values().map(StdHashMap::len).sum(),
-        );
+        held.add("collect.hotspot_threads", self.threads.counts().1);
     }
 
     /// Stops walking an exited process's frames; whether it was walked.
     pub fn forget(&mut self, pid: u32) -> bool {
-        for tid in self.registered.remove(&pid).unwrap_or_default().into_keys() {
-            self.remove_thread(pid, tid);
-        }
+        self.threads.forget(pid);
         let walked = self.watched.remove(&pid);
         if walked {
             let _ = self.processes.remove(&pid);
         }
         walked
-    }
-
-    /// Removes thread `tid` of JVM `pid`, unless its id went to a thread
-    /// of another JVM meanwhile (which registered it as its own).
-    fn remove_thread(&mut self, pid: u32, tid: u32) {
-        if self
-            .threads
-            .get(&tid, 0)
-            .is_ok_and(|thread| thread.tgid == pid)
-        {
-            let _ = self.threads.remove(&tid);
-        }
     }
 
     /// The `idle` buffer's stacks, taken out of the kernel: the stack

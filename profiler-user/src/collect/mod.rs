@@ -16,6 +16,7 @@ pub mod pooled;
 pub mod python;
 pub mod renames;
 pub mod sample_log;
+pub mod threads;
 
 use std::{
     collections::HashMap as StdHashMap,

@@ -8,16 +8,13 @@
 //! instruction) pairs for samples of those threads, double-buffered like
 //! the native stacks.
 
-use std::collections::{HashMap as StdHashMap, HashSet};
-
 use aya::{
     Ebpf,
     maps::{HashMap, MapData},
 };
 use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, names};
-use tracing::debug;
 
-use super::{CollectError, pooled::PooledStacks, take_map};
+use super::{CollectError, pooled::PooledStacks, take_map, threads::FollowedThreads};
 
 /// A CPython thread the sampler follows: its thread id as the host sees
 /// it, and the address of its `PyThreadState`, where the kernel's walk of
@@ -50,19 +47,17 @@ impl RawPythonStack {
 /// The Python maps of the loaded programs.
 pub struct PythonMaps {
     processes: HashMap<MapData, u32, PythonOffsets>,
-    threads: HashMap<MapData, u32, u64>,
+    /// Each followed process's threads: host tid → `PyThreadState*`.
+    threads: FollowedThreads,
     stacks: PooledStacks<PythonStack>,
-    /// Registered threads by process, to replace and forget them.
-    registered: StdHashMap<u32, HashSet<u32>>,
 }
 
 impl PythonMaps {
     pub fn take(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
         Ok(Self {
             processes: take_map(ebpf, names::PY_PROCS)?,
-            threads: take_map(ebpf, names::PY_THREADS)?,
+            threads: FollowedThreads::take(ebpf, names::PY_THREADS)?,
             stacks: PooledStacks::take(ebpf, names::PY_STACKS)?,
-            registered: StdHashMap::new(),
         })
     }
 
@@ -76,41 +71,25 @@ impl PythonMaps {
             })
     }
 
-    /// Replaces process `pid`'s threads by `threads`. A full thread map
-    /// leaves the rest unfollowed (logged).
+    /// Replaces process `pid`'s threads by `threads`, writing only what
+    /// changed. A full thread map leaves the rest unfollowed (logged).
     pub fn set_threads(&mut self, pid: u32, threads: &[PythonThread]) {
-        let now: HashSet<u32> = threads.iter().map(|thread| thread.tid).collect();
-        let before = self.registered.remove(&pid).unwrap_or_default();
-        for gone in before.difference(&now) {
-            let _ = self.threads.remove(gone);
-        }
-        let mut registered = HashSet::new();
-        for &PythonThread { tid, tstate } in threads {
-            match self.threads.insert(&tid, &tstate, 0) {
-                Ok(()) => {
-                    registered.insert(tid);
-                }
-                Err(err) => debug!(pid, tid, "Python thread not followed: {err}"),
-            }
-        }
-        self.registered.insert(pid, registered);
-    }
-
-    /// Stops following an exited process.
-    pub fn held(&self, held: &mut crate::sys::held::Held) {
-        held.add("collect.python_processes", self.registered.len());
-        held.add(
-            "collect.python_threads",
-            self.registered.values().map(HashSet::len).sum(),
+        self.threads.set(
+            pid,
+            threads.iter().map(|thread| (thread.tid, thread.tstate)),
         );
     }
 
-    /// Whether it was followed.
+    pub fn held(&self, held: &mut crate::sys::held::Held) {
+        let (processes, threads) = self.threads.counts();
+        held.add("collect.python_processes", processes);
+        held.add("collect.python_threads", threads);
+    }
+
+    /// Stops following an exited process; whether it was followed.
     pub fn forget(&mut self, pid: u32) -> bool {
         let followed = self.processes.remove(&pid).is_ok();
-        for tid in self.registered.remove(&pid).unwrap_or_default() {
-            let _ = self.threads.remove(&tid);
-        }
+        self.threads.forget(pid);
         followed
     }
 
