@@ -5,9 +5,9 @@
 //! a native walk of a Python thread sees little more than the evaluation
 //! loop. For threads userspace registered (`PY_THREADS`: tid → its process
 //! and the address of its `PyThreadState`, in a process whose version's
-//! offsets are in `PY_PROCS`), the sampler also follows the thread's frame chain and
-//! records (code object, instruction) per frame, innermost first. Naming
-//! code objects and computing lines is left to userspace.
+//! offsets are in `PY_PROCS`), the sampler also follows the thread's frame
+//! chain and records (code object, instruction) per frame, innermost first.
+//! Naming code objects and computing lines is left to userspace.
 
 use aya_ebpf::{
     helpers::bpf_probe_read_user_buf,

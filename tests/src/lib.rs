@@ -513,7 +513,6 @@ pub fn kill_and_reap(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Reads a sysctl under /proc/sys.
 /// The JVM started by a launcher (`sh -c 'exec ...'`, `unshare`): the first
 /// process at or below `pid` that maps libjvm.so.
 pub fn jvm_at_or_below(pid: u32) -> u32 {
@@ -541,6 +540,7 @@ pub fn jvm_at_or_below(pid: u32) -> u32 {
     panic!("no JVM under pid {pid}");
 }
 
+/// Reads a sysctl under /proc/sys.
 pub fn read_sysctl(name: &str) -> String {
     std::fs::read_to_string(Path::new("/proc/sys").join(name))
         .unwrap()
