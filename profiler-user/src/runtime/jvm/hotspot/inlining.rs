@@ -63,12 +63,7 @@ pub struct InliningLayout {
 
 impl InliningLayout {
     pub fn from_tables(tables: &VmStructs, unsigned5_excluded: u8) -> Result<Self, HotspotError> {
-        let missing = |what: &str| HotspotError::MissingField(what.to_owned());
-        let offset = |ty: &str, field: &str| {
-            tables
-                .offset(ty, field)
-                .ok_or_else(|| missing(&format!("{ty}::{field}")))
-        };
+        let offset = |ty: &str, field: &str| tables.required_offset(ty, field);
         let shape = if tables.offset("nmethod", "_immutable_data").is_some() {
             Shape::Separate {
                 immutable_data: offset("nmethod", "_immutable_data")?,
@@ -85,12 +80,12 @@ impl InliningLayout {
                 scopes_data_begin: tables
                     .offset("CompiledMethod", "_scopes_data_begin")
                     .or_else(|| tables.offset("nmethod", "_scopes_data_begin"))
-                    .ok_or_else(|| missing("nmethod::_scopes_data_begin"))?,
+                    .ok_or_else(|| {
+                        HotspotError::MissingField("nmethod::_scopes_data_begin".into())
+                    })?,
             }
         };
-        let pc_desc_size = tables
-            .size("PcDesc")
-            .ok_or_else(|| missing("sizeof(PcDesc)"))?;
+        let pc_desc_size = tables.required_size("PcDesc")?;
         if !(8..=64).contains(&pc_desc_size) {
             return Err(HotspotError::Garbage(format!(
                 "sizeof(PcDesc) is {pc_desc_size}"

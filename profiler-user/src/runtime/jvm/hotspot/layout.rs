@@ -84,29 +84,10 @@ pub struct HotspotLayout {
 
 impl HotspotLayout {
     pub fn from_tables(tables: &VmStructs) -> Result<Self, HotspotError> {
-        let missing = |what: &str| HotspotError::MissingField(what.to_owned());
-        let offset = |ty: &str, field: &str| {
-            tables
-                .offset(ty, field)
-                .ok_or_else(|| missing(&format!("{ty}::{field}")))
-        };
-        let address = |ty: &str, field: &str| {
-            tables
-                .address(ty, field)
-                .ok_or_else(|| missing(&format!("static {ty}::{field}")))
-        };
-        let size = |ty: &str| {
-            tables
-                .size(ty)
-                .ok_or_else(|| missing(&format!("sizeof({ty})")))
-        };
-        // The first of several names a field has had.
-        let first_offset = |candidates: &[(&str, &str)]| {
-            candidates
-                .iter()
-                .find_map(|(ty, field)| tables.offset(ty, field))
-                .ok_or_else(|| missing(&format!("{}::{}", candidates[0].0, candidates[0].1)))
-        };
+        let offset = |ty: &str, field: &str| tables.required_offset(ty, field);
+        let address = |ty: &str, field: &str| tables.required_address(ty, field);
+        let size = |ty: &str| tables.required_size(ty);
+        let first_offset = |candidates: &[(&str, &str)]| tables.first_offset(candidates);
 
         let code_blob_code_begin = match tables.offset("CodeBlob", "_code_begin") {
             Some(offset) => CodeBegin::Pointer(offset),
@@ -114,7 +95,7 @@ impl HotspotLayout {
         };
         let length_type = tables
             .type_string("HeapBlock::Header", "_length")
-            .ok_or_else(|| missing("HeapBlock::Header::_length"))?;
+            .ok_or_else(|| HotspotError::MissingField("HeapBlock::Header::_length".into()))?;
         let layout = Self {
             code_cache_heaps: address("CodeCache", "_heaps")?,
             code_cache_low: address("CodeCache", "_low_bound")?,

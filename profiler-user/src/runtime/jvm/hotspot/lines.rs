@@ -24,10 +24,7 @@ pub struct LineLayout {
 
 impl LineLayout {
     pub fn from_tables(memory: &impl ReadMemory, tables: &VmStructs) -> Result<Self, HotspotError> {
-        let missing = |what: &str| HotspotError::MissingField(what.to_owned());
-        let major = tables
-            .address("Abstract_VM_Version", "_vm_major_version")
-            .ok_or_else(|| missing("static Abstract_VM_Version::_vm_major_version"))?;
+        let major = tables.required_address("Abstract_VM_Version", "_vm_major_version")?;
         let major = memory.read_u32(major)?;
         if !(9..=99).contains(&major) {
             return Err(HotspotError::Garbage(format!("JDK major version {major}")));
@@ -36,7 +33,7 @@ impl LineLayout {
             const_method_flags: tables
                 .offset("ConstMethod", "_flags._flags")
                 .or_else(|| tables.offset("ConstMethod", "_flags"))
-                .ok_or_else(|| missing("ConstMethod::_flags"))?,
+                .ok_or_else(|| HotspotError::MissingField("ConstMethod::_flags".into()))?,
             unsigned5_excluded: u8::from(major >= 20),
         })
     }

@@ -51,23 +51,12 @@ pub struct ThreadLayout {
 
 impl ThreadLayout {
     pub fn from_tables(tables: &VmStructs) -> Result<Self, HotspotError> {
-        let missing = |what: String| HotspotError::MissingField(what);
-        let offset = |ty: &str, field: &str| {
-            tables
-                .offset(ty, field)
-                .ok_or_else(|| missing(format!("{ty}::{field}")))
-        };
+        let offset = |ty: &str, field: &str| tables.required_offset(ty, field);
         // A field of `Thread` in older JDKs, of `JavaThread` in newer ones.
-        let thread_field = |field: &str| {
-            tables
-                .offset("JavaThread", field)
-                .or_else(|| tables.offset("Thread", field))
-                .ok_or_else(|| missing(format!("Thread::{field}")))
-        };
+        let thread_field =
+            |field: &str| tables.first_offset(&[("JavaThread", field), ("Thread", field)]);
         Ok(Self {
-            java_thread_list: tables
-                .address("ThreadsSMRSupport", "_java_thread_list")
-                .ok_or_else(|| missing("static ThreadsSMRSupport::_java_thread_list".into()))?,
+            java_thread_list: tables.required_address("ThreadsSMRSupport", "_java_thread_list")?,
             threads_list_length: offset("ThreadsList", "_length")?,
             threads_list_threads: offset("ThreadsList", "_threads")?,
             osthread: thread_field("_osthread")?,

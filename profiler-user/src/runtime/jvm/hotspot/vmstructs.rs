@@ -196,6 +196,36 @@ impl VmStructs {
     pub fn size(&self, type_name: &str) -> Option<u64> {
         self.type_sizes.get(type_name).copied()
     }
+
+    /// [`Self::offset`], or the error that names the missing field.
+    pub fn required_offset(&self, type_name: &str, field: &str) -> Result<u64, HotspotError> {
+        self.offset(type_name, field)
+            .ok_or_else(|| HotspotError::MissingField(format!("{type_name}::{field}")))
+    }
+
+    /// [`Self::address`], or the error that names the missing field.
+    pub fn required_address(&self, type_name: &str, field: &str) -> Result<u64, HotspotError> {
+        self.address(type_name, field)
+            .ok_or_else(|| HotspotError::MissingField(format!("static {type_name}::{field}")))
+    }
+
+    /// [`Self::size`], or the error that names the missing type.
+    pub fn required_size(&self, type_name: &str) -> Result<u64, HotspotError> {
+        self.size(type_name)
+            .ok_or_else(|| HotspotError::MissingField(format!("sizeof({type_name})")))
+    }
+
+    /// The offset of a field under the first of the names (type, field)
+    /// it has had in one JDK or another; the error names the first.
+    pub fn first_offset(&self, candidates: &[(&str, &str)]) -> Result<u64, HotspotError> {
+        candidates
+            .iter()
+            .find_map(|(type_name, field)| self.offset(type_name, field))
+            .ok_or_else(|| {
+                let (type_name, field) = candidates[0];
+                HotspotError::MissingField(format!("{type_name}::{field}"))
+            })
+    }
 }
 
 /// One table's entry layout: its stride, and the offsets of the members
@@ -396,6 +426,52 @@ mod tests {
             -1
         );
         assert!(tables.long_constants.is_empty());
+    }
+
+    #[test]
+    fn required_lookups_name_what_is_missing() {
+        let (memory, symbols) = fake(|_, _| {});
+        let tables = VmStructs::read(&memory, &symbols).unwrap();
+        assert_eq!(
+            tables.required_offset("CodeBlob", "_frame_size").unwrap(),
+            28
+        );
+        assert_eq!(tables.required_size("CodeBlob").unwrap(), 104);
+        assert_eq!(
+            tables
+                .first_offset(&[("nmethod", "_frame_size"), ("CodeBlob", "_frame_size")])
+                .unwrap(),
+            28
+        );
+        let missing = |err: HotspotError| match err {
+            HotspotError::MissingField(what) => what,
+            other => panic!("{other}"),
+        };
+        assert_eq!(
+            missing(tables.required_offset("CodeBlob", "_name").unwrap_err()),
+            "CodeBlob::_name"
+        );
+        // A field, not a static: no address.
+        assert_eq!(
+            missing(
+                tables
+                    .required_address("CodeBlob", "_frame_size")
+                    .unwrap_err()
+            ),
+            "static CodeBlob::_frame_size"
+        );
+        assert_eq!(
+            missing(tables.required_size("nmethod").unwrap_err()),
+            "sizeof(nmethod)"
+        );
+        assert_eq!(
+            missing(
+                tables
+                    .first_offset(&[("JavaThread", "_osthread"), ("Thread", "_osthread")])
+                    .unwrap_err()
+            ),
+            "JavaThread::_osthread"
+        );
     }
 
     #[test]
