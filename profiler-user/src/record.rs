@@ -17,7 +17,11 @@ use crate::{
     enrich::{Enricher, ProcessInfo},
     runtime::{Runtime, Runtimes, jvm::JvmOptions},
     symbolize::Symbolizer,
-    sys::{caps::Capabilities, proc, sysctl},
+    sys::{
+        caps::Capabilities,
+        cpu::{Stage, StageCpu, process_cpu},
+        proc, sysctl,
+    },
     write::{
         WriteOptions, Writer,
         index::Header,
@@ -149,6 +153,8 @@ pub(crate) struct Pipeline {
     /// Processes seen starting and exiting since the caller last took
     /// them (kept only when asked for: the daemon follows applications).
     pub(crate) events: Option<ProcessEvents>,
+    /// The CPU time each stage took so far.
+    pub(crate) cpu: StageCpu,
 }
 
 /// Processes the pipeline saw start (first seen) and exit.
@@ -172,7 +178,10 @@ impl Pipeline {
 
     /// One drain through every stage.
     pub(crate) fn step(&mut self) {
-        match self.collector.drain() {
+        let since = process_cpu();
+        let drain = self.collector.drain();
+        self.cpu.add_since(Stage::Collect, since);
+        match drain {
             Ok(drain) => self.process(drain),
             Err(err) => warn!("drain failed, retrying next interval: {err}"),
         }
@@ -196,13 +205,20 @@ impl Pipeline {
     }
 
     fn process(&mut self, drain: crate::collect::Drain) {
+        let since = process_cpu();
         for process in self.enricher.discover(&drain) {
             self.watch(&process);
         }
         self.runtimes.synchronize(&mut self.collector);
         let dumps = self.runtimes.thread_names(Some(&drain), &self.collector);
+        self.cpu.add_since(Stage::Follow, since);
+        let since = process_cpu();
         let drain = self.enricher.enrich(drain, dumps);
+        self.cpu.add_since(Stage::Enrich, since);
+        let since = process_cpu();
         let drain = self.symbolizer.symbolize(drain, &mut self.runtimes);
+        self.cpu.add_since(Stage::Symbolize, since);
+        let since = process_cpu();
         // Exited processes' last samples are named: now they can go.
         for process in &drain.exited {
             self.collector.forget(process.pid);
@@ -212,12 +228,17 @@ impl Pipeline {
             events.exited.extend(drain.exited.iter().cloned());
         }
         self.writer.add(drain);
+        self.cpu.add_since(Stage::Write, since);
+        self.cpu.count_drain();
     }
 
     /// Stops sampling and takes in everything still in the kernel.
     pub(crate) fn finish(&mut self) {
         self.runtimes.stopping();
-        match self.collector.finish() {
+        let since = process_cpu();
+        let last = self.collector.finish();
+        self.cpu.add_since(Stage::Collect, since);
+        match last {
             Ok(drain) => self.process(drain),
             Err(err) => {
                 warn!("stopping the sampler failed ({err}); draining what is there");
@@ -376,6 +397,7 @@ impl Session {
             runtimes,
             writer: Writer::new(writer_dir, write_options(options)),
             events: None,
+            cpu: StageCpu::default(),
         };
         // Processes already running: their renames (and off-CPU time) are
         // watched from now on, and the names their threads have now are asked
@@ -416,6 +438,7 @@ impl Session {
             stack_depth: self.stack_depth,
             stats: self.pipeline.collector.stats(),
             runtimes: self.pipeline.runtimes.stats(),
+            pipeline_cpu: self.pipeline.cpu.clone(),
         }
     }
 }

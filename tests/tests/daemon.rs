@@ -206,6 +206,25 @@ fn windows_count_every_sample_once() {
     let status = status(&dir);
     assert_eq!(status["windows_written"].as_u64(), Some(all.len() as u64));
     assert!(status["rss_bytes"].as_u64().unwrap() > 0);
+    // Its CPU by pipeline stage: every stage, within the whole, the
+    // collector and the symbolizer at work on the workload's samples.
+    let stages = status["cpu_by_stage"].as_object().unwrap();
+    let seconds = |stage: &str| stages[stage].as_f64().unwrap();
+    let names: Vec<&str> = stages.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["collect", "enrich", "follow", "symbolize", "write"],
+        "{status}"
+    );
+    let staged: f64 = names.iter().map(|stage| seconds(stage)).sum();
+    assert!(
+        seconds("collect") > 0.0 && seconds("symbolize") > 0.0,
+        "{status}"
+    );
+    assert!(
+        staged <= status["cpu_seconds"].as_f64().unwrap() + 0.01,
+        "stages {staged} s of {status}"
+    );
     let printed = Command::new(sparkprof_bin())
         .arg("status")
         .arg(&dir)
@@ -214,6 +233,10 @@ fn windows_count_every_sample_once() {
     assert!(printed.status.success());
     let printed = String::from_utf8_lossy(&printed.stdout);
     assert!(printed.contains("windows:"), "{printed}");
+    assert!(
+        printed.contains("s of CPU (") && printed.contains("symbolize "),
+        "{printed}"
+    );
     // The state file goes with a clean stop.
     assert!(!state.join("state.json").exists());
 }

@@ -352,6 +352,14 @@ fn the_closing_line_agrees_with_the_index_after_periodic_flushes() {
     let recording = recorder.wait();
     recording.assert_ok();
     assert!(recording.samples_of(pid) > 50, "{}", recording.log);
+    // sparkprof's own CPU by stage, over a drain a second.
+    let cpu = &recording.index["pipeline_cpu"];
+    let us = |field: &str| cpu[field].as_u64().unwrap();
+    assert!(us("drains") >= 3, "{cpu}");
+    assert!(us("collect_us") > 0 && us("symbolize_us") > 0, "{cpu}");
+    for field in ["follow_us", "enrich_us", "write_us"] {
+        assert!(cpu[field].is_u64(), "{field} in {cpu}");
+    }
 }
 
 /// Hundreds of processes that live a blink: one file per program, every

@@ -229,7 +229,8 @@ impl Daemon {
         // The closed window's aggregates are gone: their pages too.
         drop(writer);
         crate::sys::held::release_free_heap();
-        self.status.measure_self(session.pipeline.held());
+        self.status
+            .measure_self(session.pipeline.held(), &session.pipeline.cpu);
         match self.status.write(&self.dir.path) {
             Ok(()) => self.status_unwritable = false,
             Err(err) if !self.status_unwritable => {

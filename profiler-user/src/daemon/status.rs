@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use procfs::WithCurrentSystemInfo as _;
 
 use crate::{
-    sys::held::{Held, heap_in_use},
+    sys::{
+        cpu::StageCpu,
+        held::{Held, heap_in_use},
+    },
     write::{atomic, index::timestamp},
 };
 
@@ -48,6 +51,10 @@ pub struct Status {
     pub held: std::collections::BTreeMap<String, u64>,
     /// CPU time (user + system) since the start.
     pub cpu_seconds: f64,
+    /// Of it, what each stage of the pipeline took (see `sys::cpu`): which
+    /// one costs, if CPU does. The rest is between drains (file rewrites).
+    #[serde(default)]
+    pub cpu_by_stage: std::collections::BTreeMap<String, f64>,
     /// Windows and roll-ups removed by retention since the start.
     pub windows_removed: u64,
     pub rollups_removed: u64,
@@ -67,10 +74,12 @@ impl Status {
         }
     }
 
-    /// Fills in this process's own costs now, and what it holds.
-    pub fn measure_self(&mut self, held: Held) {
+    /// Fills in this process's own costs now (`cpu`: by pipeline stage),
+    /// and what it holds.
+    pub fn measure_self(&mut self, held: Held, cpu: &StageCpu) {
         self.updated = timestamp(SystemTime::now());
         self.held = held.into_map();
+        self.cpu_by_stage = cpu.seconds_by_stage();
         self.heap_in_use_bytes = heap_in_use();
         if let Ok(me) = procfs::process::Process::myself()
             && let Ok(status) = me.status()
@@ -108,7 +117,7 @@ impl Status {
              disk: {used:.1} MiB of {limit:.1} MiB; retention removed {wr} windows and {rr} roll-ups\n\
              applications complete: {apps}\n\
              own cost: {rss:.1} MiB resident ({anon:.1} MiB anonymous, {heap:.1} MiB of heap in \
-             use), {cpu:.1} s of CPU\n",
+             use), {cpu:.1} s of CPU{stages}\n",
             tool = self.tool,
             pid = self.pid,
             started = self.started,
@@ -129,6 +138,22 @@ impl Status {
             anon = mib(self.anon_bytes),
             heap = mib(self.heap_in_use_bytes),
             cpu = self.cpu_seconds,
+            stages = self.stages(),
         )
+    }
+
+    /// The pipeline stages' CPU time, most first: ` (symbolize 3.1 s,
+    /// collect 0.4 s, ...)`, or nothing before the first window.
+    fn stages(&self) -> String {
+        let mut stages: Vec<(&String, &f64)> = self.cpu_by_stage.iter().collect();
+        if stages.is_empty() {
+            return String::new();
+        }
+        stages.sort_by(|a, b| b.1.total_cmp(a.1));
+        let stages: Vec<String> = stages
+            .into_iter()
+            .map(|(stage, seconds)| format!("{stage} {seconds:.1} s"))
+            .collect();
+        format!(" ({})", stages.join(", "))
     }
 }

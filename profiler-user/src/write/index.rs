@@ -12,6 +12,8 @@
 //!              "user_stacks_lost": 0, "kernel_stacks_lost": 0 },
 //!   "jit": { "jit_frames": 900, "jit_frames_named": 897, "perf_map_dumps": 4,
 //!            "perf_map_dump_failures": 0 },
+//!   "pipeline_cpu": { "drains": 60, "collect_us": 61000, "follow_us": 30000, "enrich_us": 17000,
+//!                     "symbolize_us": 410000, "write_us": 50000 },
 //!   "files": [
 //!     { "path": "processes/java-4242.cpu.folded", "svg": "processes/java-4242.cpu.svg",
 //!       "kind": "cpu", "samples": 900, "start": "...", "end": "...",
@@ -28,7 +30,7 @@ use std::{path::Path, time::SystemTime};
 use serde::Serialize;
 
 use super::ProfileKind;
-use crate::{collect::KernelStats, runtime::RuntimeStats};
+use crate::{collect::KernelStats, runtime::RuntimeStats, sys::cpu::StageCpu};
 
 /// Schema version of index.json.
 pub const INDEX_VERSION: u32 = 1;
@@ -44,6 +46,8 @@ pub struct Header {
     /// `jit` and `threads`.
     #[serde(flatten)]
     pub runtimes: RuntimeStats,
+    /// sparkprof's own CPU time by pipeline stage (see [`crate::sys::cpu`]).
+    pub pipeline_cpu: StageCpu,
 }
 
 impl Header {

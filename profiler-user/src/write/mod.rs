@@ -813,6 +813,7 @@ mod tests {
             stack_depth: 127,
             stats: Default::default(),
             runtimes: Default::default(),
+            pipeline_cpu: Default::default(),
         }
     }
 
