@@ -386,7 +386,13 @@ impl Running {
 
     /// Sends SIGINT (every profiler here drains and writes its output on
     /// it), waits for the exit and checks that it succeeded.
-    pub(crate) fn stop(mut self) -> Result<Exit> {
+    pub(crate) fn stop(self) -> Result<Exit> {
+        Ok(self.stop_reading_index()?.0)
+    }
+
+    /// [`Self::stop`], with sparkprof's `index.json` (`None` for another
+    /// profiler, which writes none) read before its output goes.
+    pub(crate) fn stop_reading_index(mut self) -> Result<(Exit, Option<serde_json::Value>)> {
         unsafe { libc::kill(self.pid(), libc::SIGINT) };
         let (status, usage) = self.wait4()?;
         let lifetime = self.spawned.elapsed();
@@ -397,13 +403,19 @@ impl Running {
                 self.log_tail()
             );
         }
-        // Its output is not looked at: free the space for the next runs.
+        let index = fs::read(self.dir.join("index.json"))
+            .ok()
+            .and_then(|json| serde_json::from_slice(&json).ok());
+        // Its output is not looked at further: free the space for the next runs.
         let _ = fs::remove_dir_all(&self.dir);
-        Ok(Exit {
-            cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
-            max_rss_kib: usage.ru_maxrss as u64,
-            lifetime,
-        })
+        Ok((
+            Exit {
+                cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
+                max_rss_kib: usage.ru_maxrss as u64,
+                lifetime,
+            },
+            index,
+        ))
     }
 
     /// `wait4`, rather than `Child::wait`, for the rusage of the whole

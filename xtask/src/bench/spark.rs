@@ -132,9 +132,70 @@ pub struct JobRun {
     pub app_s: f64,
     /// sparkprof's utime + stime while the job ran, and that window.
     pub sparkprof_cpu: Option<(Duration, Duration)>,
+    /// Where sparkprof's CPU went over its whole run.
+    pub stages: Option<SparkprofStages>,
     /// CPU time of the cluster's cgroup over the job: driver, executors,
     /// Python workers (and the idle Master and Worker).
     pub job_cpu: Duration,
+}
+
+/// sparkprof's CPU over one whole run (start to exit) and, of it, what
+/// each pipeline stage took (its index.json's `pipeline_cpu`).
+#[derive(Clone, Copy, Default)]
+pub struct SparkprofStages {
+    pub whole_s: f64,
+    /// Seconds per stage, in [`STAGES`]' order.
+    pub stage_s: [f64; STAGES.len()],
+}
+
+/// The stages of index.json's `pipeline_cpu`.
+pub const STAGES: [&str; 5] = ["symbolize", "follow", "collect", "write", "enrich"];
+
+impl SparkprofStages {
+    fn read(whole: Duration, index: Option<&serde_json::Value>) -> Result<Self> {
+        let cpu = index
+            .map(|index| &index["pipeline_cpu"])
+            .context("sparkprof's index.json is missing")?;
+        let mut stage_s = [0.0; STAGES.len()];
+        for (seconds, stage) in stage_s.iter_mut().zip(STAGES) {
+            *seconds = cpu[format!("{stage}_us")]
+                .as_u64()
+                .with_context(|| format!("index.json pipeline_cpu has no {stage}_us: {cpu}"))?
+                as f64
+                / 1e6;
+        }
+        Ok(Self {
+            whole_s: whole.as_secs_f64(),
+            stage_s,
+        })
+    }
+
+    fn add(self, other: Self) -> Self {
+        let mut stage_s = self.stage_s;
+        for (sum, s) in stage_s.iter_mut().zip(other.stage_s) {
+            *sum += s;
+        }
+        Self {
+            whole_s: self.whole_s + other.whole_s,
+            stage_s,
+        }
+    }
+
+    /// `symbolize 8.1 s (61 %), ...; outside the drains 1.0 s (8 %)`.
+    fn markdown(&self) -> String {
+        let share = |s: f64| 100.0 * s / self.whole_s.max(f64::MIN_POSITIVE);
+        let mut parts: Vec<String> = STAGES
+            .iter()
+            .zip(self.stage_s)
+            .map(|(stage, s)| format!("{stage} {s:.2} s ({:.0} %)", share(s)))
+            .collect();
+        let outside = self.whole_s - self.stage_s.iter().sum::<f64>();
+        parts.push(format!(
+            "outside the drains (start, file rewrites, exit) {outside:.2} s ({:.0} %)",
+            share(outside)
+        ));
+        parts.join(", ")
+    }
 }
 
 pub struct Pair {
@@ -235,9 +296,13 @@ pub(super) fn job_pairs_then<T>(
             // CPU belongs to this job.
             pause(Duration::from_secs(2))?;
             let job_cpu = group.usage()?.saturating_sub(cluster_before);
-            if let Some(running) = running {
-                running.stop()?;
-            }
+            let stages = match running {
+                Some(running) => {
+                    let (exit, index) = running.stop_reading_index()?;
+                    Some(SparkprofStages::read(exit.cpu, index.as_ref())?)
+                }
+                None => None,
+            };
             let log = EventLog::read(&job.event_log);
             let run = JobRun {
                 jobs_s: jobs_seconds(&job, &log)?,
@@ -248,6 +313,7 @@ pub(super) fn job_pairs_then<T>(
                     "application start and end",
                 )?,
                 sparkprof_cpu,
+                stages,
                 job_cpu,
             };
             result.stages = log.stage_names.len();
@@ -687,6 +753,16 @@ impl Runtime {
             100.0 * (median(&app_ratios) - 1.0),
             100.0 * cpu / wall,
             met(100.0 * cpu / wall <= TARGET_SPARKPROF_CPU_PERCENT),
+        );
+        let stages = r
+            .pairs
+            .iter()
+            .filter_map(|p| p.profiled.stages)
+            .fold(SparkprofStages::default(), SparkprofStages::add);
+        text += &format!(
+            "\nsparkprof's CPU over its {n} runs, start to exit ({:.2} s; index.json `pipeline_cpu`), by stage of its drains: {}.\n",
+            stages.whole_s,
+            stages.markdown()
         );
         text += &r.cpu_markdown();
         text += &if n < 2 {
