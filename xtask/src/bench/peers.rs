@@ -227,6 +227,9 @@ pub(crate) enum Readiness {
     FileExists(PathBuf),
 }
 
+/// sparkprof's output directory, under the run's directory.
+const SPARKPROF_OUTPUT: &str = "profiles";
+
 /// How to launch a profiler: all of its output goes under `dir`.
 pub(crate) struct Launch {
     pub(crate) command: Command,
@@ -250,7 +253,7 @@ impl Profiler {
                 }
                 command
                     .arg("--output")
-                    .arg(dir.join("profiles"))
+                    .arg(dir.join(SPARKPROF_OUTPUT))
                     .env("NO_COLOR", "1");
                 Launch {
                     command,
@@ -403,9 +406,12 @@ impl Running {
                 self.log_tail()
             );
         }
-        let index = fs::read(self.dir.join("index.json"))
-            .ok()
-            .and_then(|json| serde_json::from_slice(&json).ok());
+        let index = match self.profiler.tool {
+            Tool::Sparkprof | Tool::SparkprofOffCpu => {
+                Some(sparkprof_index(&self.dir.join(SPARKPROF_OUTPUT))?)
+            }
+            Tool::Perf | Tool::Bpftrace => None,
+        };
         // Its output is not looked at further: free the space for the next runs.
         let _ = fs::remove_dir_all(&self.dir);
         Ok((
