@@ -63,21 +63,9 @@ impl StageCpu {
         self.drains += 1;
     }
 
-    /// All stages together.
-    pub fn total_us(&self) -> u64 {
-        [
-            self.collect_us,
-            self.follow_us,
-            self.enrich_us,
-            self.symbolize_us,
-            self.write_us,
-        ]
-        .iter()
-        .fold(0u64, |sum, us| sum.saturating_add(*us))
-    }
-
-    /// Seconds by stage name, for a status file.
-    pub fn seconds_by_stage(&self) -> std::collections::BTreeMap<String, f64> {
+    /// Each stage's name (as `seconds_by_stage` and index.json's
+    /// `<stage>_us` call it) and microseconds, in the pipeline's order.
+    pub fn by_stage(&self) -> [(&'static str, u64); 5] {
         [
             ("collect", self.collect_us),
             ("follow", self.follow_us),
@@ -85,9 +73,14 @@ impl StageCpu {
             ("symbolize", self.symbolize_us),
             ("write", self.write_us),
         ]
-        .into_iter()
-        .map(|(stage, us)| (stage.to_string(), us as f64 / 1e6))
-        .collect()
+    }
+
+    /// Seconds by stage name, for a status file.
+    pub fn seconds_by_stage(&self) -> std::collections::BTreeMap<String, f64> {
+        self.by_stage()
+            .into_iter()
+            .map(|(stage, us)| (stage.to_string(), us as f64 / 1e6))
+            .collect()
     }
 }
 
@@ -132,7 +125,8 @@ mod tests {
             "symbolize {} us of {spent} us spent",
             cpu.symbolize_us
         );
-        assert_eq!(cpu.total_us(), cpu.symbolize_us);
+        let staged: u64 = cpu.by_stage().iter().map(|(_, us)| us).sum();
+        assert_eq!(staged, cpu.symbolize_us);
         assert_eq!(cpu.drains, 1);
         let by_stage = cpu.seconds_by_stage();
         assert_eq!(by_stage.len(), 5);

@@ -29,7 +29,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use perf_maps::{Jvm, NameStyle, SymbolTable, TrustPolicy, map::load_file};
 
-use super::{interrupt, median, met, pause, progress};
+use super::{SPARKPROF_OUTPUT, interrupt, median, met, pause, progress};
 use crate::{run_cmd, workspace_root};
 
 /// Entries of the generated map.
@@ -251,7 +251,7 @@ pub fn jvm_figures(sparkprof: &Path, dir: &Path) -> Result<JvmFigures> {
     pause(JVM_WARM_UP)?;
 
     let audit = dir.join("jit-audit.tsv");
-    let output = dir.join("profiles");
+    let output = dir.join(SPARKPROF_OUTPUT);
     let snapshots = Mutex::new(Vec::new());
     let failures = Mutex::new(0usize);
     let done = AtomicBool::new(false);

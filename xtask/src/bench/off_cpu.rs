@@ -41,9 +41,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SysctlGuard, TimedPair, Tool,
-    bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field, interleaved_pairs, met,
-    pair_rows, progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
+    ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SPARKPROF_OUTPUT, SysctlGuard,
+    TimedPair, Tool, bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field,
+    interleaved_pairs, met, pair_rows, progress, run_pair, sparkprof_index, spread_percent,
+    wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -383,7 +384,7 @@ impl SparkprofRun {
             .arg("record")
             .args(args)
             .arg("--output")
-            .arg(dir.join("profiles"))
+            .arg(dir.join(SPARKPROF_OUTPUT))
             .env("NO_COLOR", "1");
         Recorder::start("sparkprof", command, dir, "recording on").map(Self)
     }
@@ -396,7 +397,7 @@ impl SparkprofRun {
     /// removes the recording.
     fn stop(mut self) -> Result<Stats> {
         self.0.stop()?;
-        let index = sparkprof_index(&self.0.dir.join("profiles"))?;
+        let index = sparkprof_index(&self.0.dir.join(SPARKPROF_OUTPUT))?;
         let field = |name: &str| index["stats"][name].as_u64().unwrap_or(0);
         let stats = Stats {
             samples: field("samples"),

@@ -227,8 +227,8 @@ pub(crate) enum Readiness {
     FileExists(PathBuf),
 }
 
-/// sparkprof's output directory, under the run's directory.
-const SPARKPROF_OUTPUT: &str = "profiles";
+/// sparkprof's output directory, under a bench run's directory.
+pub(crate) const SPARKPROF_OUTPUT: &str = "profiles";
 
 /// How to launch a profiler: all of its output goes under `dir`.
 pub(crate) struct Launch {

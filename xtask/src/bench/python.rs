@@ -33,10 +33,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    ArmPairs, Background, Bench, GoWorkload, ProgStats, QUIET_BUSY_PERCENT, Recorder, SysctlGuard,
-    TimedPair, WARM_UP, bench_unique, compile_workload, cpu_time, host_busy_time,
-    interleaved_pairs, met, pair_rows, pause, progress, run_pair, sparkprof_index, spread_percent,
-    timeval, wait_for_quiet_host, wait_for_quiet_host_within,
+    ArmPairs, Background, Bench, GoWorkload, ProgStats, QUIET_BUSY_PERCENT, Recorder,
+    SPARKPROF_OUTPUT, SysctlGuard, TimedPair, WARM_UP, bench_unique, compile_workload, cpu_time,
+    host_busy_time, interleaved_pairs, met, pair_rows, pause, progress, run_pair, sparkprof_index,
+    spread_percent, timeval, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -367,7 +367,9 @@ impl Harness<'_> {
         let window = started.elapsed();
         recorder.stop()?;
         let stacks = match profiler {
-            PyProfiler::Sparkprof => sparkprof_stacks(&recorder.dir.join("profiles"), work.pid)?,
+            PyProfiler::Sparkprof => {
+                sparkprof_stacks(&recorder.dir.join(SPARKPROF_OUTPUT), work.pid)?
+            }
             PyProfiler::PySpy => {
                 let raw = recorder.dir.join("raw.txt");
                 fs::read_to_string(&raw).with_context(|| format!("reading {}", raw.display()))?
@@ -397,7 +399,7 @@ impl Harness<'_> {
         }
         command
             .arg("--output")
-            .arg(dir.join("profiles"))
+            .arg(dir.join(SPARKPROF_OUTPUT))
             .env("NO_COLOR", "1");
         let recorder = Recorder::start("sparkprof", command, dir, "recording on")?;
         if python {
@@ -492,7 +494,7 @@ impl Harness<'_> {
         pause(KERNEL_WINDOW)?;
         let after = ProgStats::read(recorder.pid())?;
         recorder.stop()?;
-        let (recorded, watched) = sparkprof_sample_counts(&recorder.dir.join("profiles"))?;
+        let (recorded, watched) = sparkprof_sample_counts(&recorder.dir.join(SPARKPROF_OUTPUT))?;
         recorder.remove_output();
         let result = KernelRound {
             workload,

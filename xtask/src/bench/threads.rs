@@ -24,7 +24,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{Bench, median, pause, progress, spawn_logged, spread_percent};
+use super::{Bench, SPARKPROF_OUTPUT, median, pause, progress, spawn_logged, spread_percent};
 use crate::{run_cmd, workspace_root};
 
 /// The workloads, relative to the workspace root.
@@ -143,7 +143,7 @@ pub fn measure(bench: &Bench, runs: usize) -> Result<ThreadsReport> {
 /// stop, and the busy loop's rate while it recorded.
 fn record(bench: &Bench, jvm: &Workload, dir: &Path) -> Result<(Duration, Duration, f64)> {
     fs::create_dir_all(dir)?;
-    let output = dir.join("profiles");
+    let output = dir.join(SPARKPROF_OUTPUT);
     let launched = Instant::now();
     let mut child = spawn_logged(
         Command::new(&bench.sparkprof)
