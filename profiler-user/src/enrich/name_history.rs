@@ -182,19 +182,25 @@ impl ThreadNames {
     /// (its latest record from before) and every later one.
     pub fn prune(&mut self, drained_until: SystemTime) {
         for history in self.threads.values_mut() {
+            // Most threads have had one name all along: nothing to drop,
+            // and `split_off` at the first key would rebuild the map anyway
+            // (every thread of every JVM, every drain).
+            if history.epochs.len() < 2 {
+                continue;
+            }
             let current = history
                 .epochs
                 .iter()
                 .rev()
                 .find(|(_, record)| record.since <= drained_until)
                 .map(|(epoch, _)| *epoch);
-            if let Some(current) = current {
+            let first = history.epochs.keys().next().copied();
+            if let Some(current) = current.filter(|&current| Some(current) != first) {
                 history.epochs = history.epochs.split_off(&current);
             }
         }
     }
 
-    /// Forgets the threads of an exited process.
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("enrich.named_threads", self.threads.len());
         held.add(
@@ -203,6 +209,7 @@ impl ThreadNames {
         );
     }
 
+    /// Forgets the threads of an exited process.
     pub fn forget_process(&mut self, tgid: u32) {
         self.threads.retain(|(pid, _), _| *pid != tgid);
     }

@@ -66,14 +66,22 @@ pub fn file_mappings(maps: Vec<Mapping>) -> Vec<FileMapping> {
 /// The live threads of a process, as (thread id in the process's own PID
 /// namespace, thread id on this host). The two differ in a container: the
 /// interpreter and the C library record the former, the kernel's samples
-/// carry the latter.
-pub fn live_threads(pid: u32) -> Result<HashMap<u32, u32>, PythonError> {
-    let threads = proc::namespace_threads(pid)
+/// carry the latter. `nested`: whether it runs in a PID namespace of its
+/// own ([`nested_pid_namespace`]).
+pub fn live_threads(pid: u32, nested: bool) -> Result<HashMap<u32, u32>, PythonError> {
+    let threads = proc::namespace_threads_known(pid, nested)
         .map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/task")), e))?;
     if threads.is_empty() {
         return Err(PythonError::ProcessGone { pid });
     }
     Ok(threads)
+}
+
+/// Whether process `pid` runs in a PID namespace of its own (read once:
+/// a process keeps its namespace).
+pub fn nested_pid_namespace(pid: u32) -> Result<bool, PythonError> {
+    proc::in_nested_pid_namespace(pid)
+        .map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/status")), e))
 }
 
 #[cfg(test)]

@@ -71,6 +71,8 @@ pub struct PythonProcess {
     codes: HashMap<u64, CachedCode>,
     /// Drains whose frames were named ([`Self::new_drain`]).
     drain: u64,
+    /// In a PID namespace of its own (its thread ids are not the host's).
+    nested: bool,
 }
 
 /// A code object read, and the drain in which its identity was last
@@ -206,6 +208,7 @@ impl PythonProcess {
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
                 codes: HashMap::new(),
                 drain: 0,
+                nested: process::nested_pid_namespace(pid)?,
             }));
         }
         match first_error {
@@ -277,7 +280,7 @@ impl PythonProcess {
         if self.offsets.version >= PythonVersion::new(3, 13) {
             raw.sort_by_key(|thread| thread.active != Some(true));
         }
-        let live = process::live_threads(self.pid)?;
+        let live = process::live_threads(self.pid, self.nested)?;
         let mut result = Vec::with_capacity(raw.len());
         let mut listed = HashSet::new();
         let mut via_pthread = Vec::new();

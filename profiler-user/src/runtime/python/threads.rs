@@ -238,13 +238,13 @@ pub fn walk_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::python::process::live_threads;
+    use crate::runtime::python::process::{live_threads, nested_pid_namespace};
 
     /// A C library other than glibc: the tid is found by scanning.
     #[test]
     fn pthread_tid_offset_is_calibrated() {
         let pid = std::process::id();
-        let live = live_threads(pid).unwrap();
+        let live = live_threads(pid, nested_pid_namespace(pid).unwrap()).unwrap();
         let memory = Memory::new(pid);
         // This thread's own pthread_t: glibc's offset.
         // SAFETY: plain libc call without arguments.

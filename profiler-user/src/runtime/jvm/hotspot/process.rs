@@ -234,7 +234,8 @@ impl HotspotProcess {
         };
         let due = read.is_none_or(|read| read.elapsed() >= threads::RECHECK_IDS);
         if due && threads.iter().any(|(id, _)| !host_ids.contains_key(id)) {
-            *host_ids = proc::namespace_threads(self.pid).unwrap_or_default();
+            // `host_ids` is kept only for a JVM in a nested namespace.
+            *host_ids = proc::namespace_threads_known(self.pid, true).unwrap_or_default();
             *read = Some(Instant::now());
         }
         let on_host: Vec<(u32, u64)> = threads
