@@ -1,6 +1,9 @@
 //! Where an ELF file's link-time addresses are in a process that maps it.
 
-use object::{Object as _, ObjectSegment as _};
+use object::{
+    Object as _, ObjectSegment as _,
+    read::elf::{FileHeader, ProgramHeader as _},
+};
 
 /// A file's loadable segments: (virtual address, file offset, file size).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,6 +19,30 @@ impl Segments {
                 })
                 .collect(),
         )
+    }
+
+    /// The loadable segments from the program headers alone, for a caller
+    /// that reads no more of the file than it needs (what
+    /// [`Segments::of`] gives for a parsed file).
+    pub fn of_headers<'data, Elf: FileHeader, R: object::ReadRef<'data>>(
+        header: &Elf,
+        endian: Elf::Endian,
+        data: R,
+    ) -> object::read::Result<Self> {
+        Ok(Self(
+            header
+                .program_headers(endian, data)?
+                .iter()
+                .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+                .map(|p| {
+                    (
+                        p.p_vaddr(endian).into(),
+                        p.p_offset(endian).into(),
+                        p.p_filesz(endian).into(),
+                    )
+                })
+                .collect(),
+        ))
     }
 
     /// The load bias of the file in a process: what to add to a link-time
