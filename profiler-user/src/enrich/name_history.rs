@@ -182,18 +182,15 @@ impl ThreadNames {
     /// (its latest record from before) and every later one.
     pub fn prune(&mut self, drained_until: SystemTime) {
         for history in self.threads.values_mut() {
-            // Most threads have had one name all along: nothing to drop,
-            // and `split_off` at the first key would rebuild the map anyway
-            // (every thread of every JVM, every drain).
-            if history.epochs.len() < 2 {
-                continue;
-            }
             let current = history
                 .epochs
                 .iter()
                 .rev()
                 .find(|(_, record)| record.since <= drained_until)
                 .map(|(epoch, _)| *epoch);
+            // Nothing to drop when the current name is the oldest kept (most
+            // threads have had one name all along): `split_off` at the first
+            // key would rebuild the whole map, every thread, every drain.
             let first = history.epochs.keys().next().copied();
             if let Some(current) = current.filter(|&current| Some(current) != first) {
                 history.epochs = history.epochs.split_off(&current);
