@@ -174,7 +174,7 @@ fn reads_and_walks_a_live_jvm(
         let blobs = cache.blobs(&memory, &layout);
         let spin = blobs.iter().find(|b| {
             b.kind == BlobKind::Nmethod
-                && method_name(&memory, &layout, &mut ClassNames::new(), b.method)
+                && method_name(&memory, &layout, &mut ClassNames::default(), b.method)
                     .is_ok_and(|name| name.readable() == "Hot.spin")
         });
         if let Some(spin) = spin.cloned() {
@@ -205,7 +205,7 @@ fn reads_and_walks_a_live_jvm(
         .collect();
     // Class names kept across methods (as sparkprof keeps them) name every
     // method as reading each alone does.
-    let mut classes = ClassNames::new();
+    let mut classes = ClassNames::default();
     let named: Vec<String> = nmethods
         .iter()
         .filter_map(|b| method_name(&memory, &layout, &mut classes, b.method).ok())
@@ -213,7 +213,7 @@ fn reads_and_walks_a_live_jvm(
         .collect();
     let alone: Vec<String> = nmethods
         .iter()
-        .filter_map(|b| method_name(&memory, &layout, &mut ClassNames::new(), b.method).ok())
+        .filter_map(|b| method_name(&memory, &layout, &mut ClassNames::default(), b.method).ok())
         .map(|name| name.readable())
         .collect();
     assert_eq!(
@@ -262,7 +262,7 @@ fn reads_and_walks_a_live_jvm(
             .iter()
             .map(|frame| match frame {
                 JavaFrame::Interpreted { method, bci } => {
-                    let name = method_name(&memory, &layout, &mut ClassNames::new(), *method)
+                    let name = method_name(&memory, &layout, &mut ClassNames::default(), *method)
                         .map_or_else(|err| format!("<{err}>"), |name| name.readable());
                     match bci.and_then(|bci| lines.line(&memory, &layout, *method, bci)) {
                         Some(line) if name.starts_with("Hot.") => format!("{name}:{line}"),
@@ -270,7 +270,7 @@ fn reads_and_walks_a_live_jvm(
                     }
                 }
                 JavaFrame::Compiled { method, .. } => {
-                    method_name(&memory, &layout, &mut ClassNames::new(), *method)
+                    method_name(&memory, &layout, &mut ClassNames::default(), *method)
                         .map_or_else(|err| format!("<{err}>"), |name| name.readable())
                 }
                 JavaFrame::Stub(name) => format!("[{name}]"),

@@ -178,7 +178,7 @@ const MAX_CACHED_READ: usize = 2 * BLOCK as usize;
 pub struct CachedMemory {
     memory: Memory,
     /// Block address → its bytes, or `None`: not readable.
-    pages: std::cell::RefCell<std::collections::HashMap<u64, Option<Box<[u8]>>>>,
+    pages: std::cell::RefCell<crate::FastMap<u64, Option<Box<[u8]>>>>,
 }
 
 impl CachedMemory {

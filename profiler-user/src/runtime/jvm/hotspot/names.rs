@@ -4,10 +4,8 @@
 //! name, and the method's name at its constant-pool index; both are
 //! `Symbol`s (a length and UTF-8 bytes).
 
-use std::collections::HashMap;
-
 use super::{HotspotError, layout::HotspotLayout};
-use crate::sys::memory::ReadMemory;
+use crate::{FastMap, sys::memory::ReadMemory};
 
 /// Longest symbol read (HotSpot allows 65535; real names are far shorter).
 const MAX_SYMBOL: u64 = 4096;
@@ -37,7 +35,7 @@ impl MethodName {
 /// Class names by constant pool (every method of a class shares its
 /// pool): the class half of a name costs no read after the first method.
 /// It lives as long as the cache of method names beside it.
-pub type ClassNames = HashMap<u64, String>;
+pub type ClassNames = FastMap<u64, String>;
 
 /// Reads the names of the method at `method`.
 ///

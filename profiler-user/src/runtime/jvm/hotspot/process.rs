@@ -59,7 +59,7 @@ struct CompiledCode {
     end: u64,
     debug: Option<DebugInfo>,
     /// Scope decode offset → the methods there, root first.
-    chains: HashMap<u64, Arc<[JavaMethod]>>,
+    chains: FastMap<u64, Arc<[JavaMethod]>>,
 }
 
 /// What a recorded frame is called.
@@ -181,7 +181,7 @@ impl HotspotProcess {
                 .map_err(|source| HotspotError::Status { pid, source })?
                 .then(|| (HashMap::new(), None)),
             methods: FastMap::default(),
-            classes: ClassNames::new(),
+            classes: ClassNames::default(),
             code: FastMap::default(),
             compiled_code: BTreeMap::new(),
             compiled_descs: 0,
@@ -191,7 +191,7 @@ impl HotspotProcess {
 
     /// Every compiled method in the code cache, and whether each is named.
     pub fn census(&self) -> Census {
-        let mut classes = ClassNames::new();
+        let mut classes = ClassNames::default();
         let compiled: Vec<_> = self
             .cache
             .blobs(&self.memory, &self.layout)
@@ -494,7 +494,7 @@ impl HotspotProcess {
                 blob,
                 end,
                 debug,
-                chains: HashMap::new(),
+                chains: FastMap::default(),
             },
         );
         address
