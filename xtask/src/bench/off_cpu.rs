@@ -15,7 +15,10 @@
 //!    trips of each profiled run.
 //! 3. The in-kernel cost per `sched_switch` invocation: `run_time_ns /
 //!    run_cnt` of that tracepoint program from `/proc/PID/fdinfo` with
-//!    `kernel.bpf_stats_enabled` on, over ping-pong runs under `--off-cpu`.
+//!    `kernel.bpf_stats_enabled` on, over ping-pong runs under `--off-cpu`
+//!    recording the ping-pong and recording another process, each beside
+//!    the empty program of 1 timed the same way (what sparkprof adds to a
+//!    switch is the difference).
 //! 4. The Spark job of section 5 without and with `sparkprof record
 //!    --off-cpu`, in interleaved pairs.
 //! 5. What sparkprof's programs cost in the kernel over that job: one more
@@ -118,10 +121,16 @@ pub type Pair = TimedPair<Stats>;
 
 pub type ModeResult = ArmPairs<Mode, Stats>;
 
-/// One ping-pong run under `--off-cpu` with BPF statistics on.
+/// One ping-pong run under `--off-cpu` with BPF statistics on, an empty
+/// program attached to the same tracepoint beside sparkprof's.
 pub struct KernelRound {
+    /// Whether sparkprof recorded the ping-pong (else another process).
+    pub recorded: bool,
     pub run_cnt: u64,
     pub run_time_ns: u64,
+    /// `(run_time_ns, run_cnt)` of the empty program over the same run:
+    /// what running any program there costs, measured the same way.
+    pub empty: (u64, u64),
     /// The run's wall seconds (round trips only).
     pub seconds: f64,
 }
@@ -290,33 +299,48 @@ impl Harness<'_> {
     }
 
     /// In-kernel cost of the `sched_switch` program, over [`KERNEL_ROUNDS`]
-    /// ping-pong runs under `--off-cpu` (each with sparkprof afresh).
+    /// ping-pong runs under `--off-cpu` recording the ping-pong and as many
+    /// recording another process, interleaved (each with sparkprof afresh),
+    /// with an empty program on the same tracepoint in every run.
     fn kernel_cost(&self) -> Result<Vec<KernelRound>> {
         let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;
         let mut rounds = Vec::new();
         for round in 1..=KERNEL_ROUNDS {
-            let mut pingpong = PingPong::start(self.binary)?;
-            let recorder =
-                SparkprofRun::start(self.sparkprof, self.dir, Mode::OffCpu, pingpong.pids)?;
-            let before = sched_switch_stats(recorder.pid())?;
-            pingpong.work.go()?;
-            let seconds = pingpong.work.finish()?;
-            let after = sched_switch_stats(recorder.pid())?;
-            recorder.stop()?;
-            let result = KernelRound {
-                run_cnt: after.1.saturating_sub(before.1),
-                run_time_ns: after.0.saturating_sub(before.0),
-                seconds,
-            };
-            if result.run_cnt == 0 {
-                bail!("sparkprof's sched_switch program did not run during the ping-pong");
+            for recorded in [true, false] {
+                let mut pingpong = PingPong::start(self.binary)?;
+                let empty = EmptySchedSwitchProgram::attach()?;
+                let (mode, pids) = match recorded {
+                    true => (Mode::OffCpu, pingpong.pids),
+                    false => (Mode::OffCpuOthers, [std::process::id(); 2]),
+                };
+                let recorder = SparkprofRun::start(self.sparkprof, self.dir, mode, pids)?;
+                let before = (sched_switch_stats(recorder.pid())?, empty.stats()?);
+                pingpong.work.go()?;
+                let seconds = pingpong.work.finish()?;
+                let after = (sched_switch_stats(recorder.pid())?, empty.stats()?);
+                recorder.stop()?;
+                let result = KernelRound {
+                    recorded,
+                    run_cnt: after.0.1.saturating_sub(before.0.1),
+                    run_time_ns: after.0.0.saturating_sub(before.0.0),
+                    empty: (
+                        after.1.0.saturating_sub(before.1.0),
+                        after.1.1.saturating_sub(before.1.1),
+                    ),
+                    seconds,
+                };
+                if result.run_cnt == 0 || result.empty.1 == 0 {
+                    bail!("a sched_switch program did not run during the ping-pong");
+                }
+                progress(&format!(
+                    "[offcpu] in-kernel cost, round {round}/{KERNEL_ROUNDS}, {}: {} sched_switch runs, {:.1} ns each; the empty program {:.1} ns",
+                    mode.label(),
+                    result.run_cnt,
+                    result.run_time_ns as f64 / result.run_cnt as f64,
+                    result.empty.0 as f64 / result.empty.1 as f64
+                ));
+                rounds.push(result);
             }
-            progress(&format!(
-                "[offcpu] in-kernel cost, round {round}/{KERNEL_ROUNDS}: {} sched_switch runs, {:.0} ns each",
-                result.run_cnt,
-                result.run_time_ns as f64 / result.run_cnt as f64
-            ));
-            rounds.push(result);
         }
         Ok(rounds)
     }
@@ -433,11 +457,25 @@ fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
 /// A BPF program that returns at once (`r0 = 0; exit`), attached to the
 /// `sched_switch` raw tracepoint for as long as this value lives.
 struct EmptySchedSwitchProgram {
-    _program: OwnedFd,
+    program: OwnedFd,
     _link: OwnedFd,
 }
 
 impl EmptySchedSwitchProgram {
+    /// `(run_time_ns, run_cnt)` of the program, from its fdinfo (counted
+    /// while `kernel.bpf_stats_enabled` is 1).
+    fn stats(&self) -> Result<(u64, u64)> {
+        let path = format!("/proc/self/fdinfo/{}", self.program.as_raw_fd());
+        let info = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        match (
+            fdinfo_field(&info, "run_time_ns"),
+            fdinfo_field(&info, "run_cnt"),
+        ) {
+            (Some(run_time_ns), Some(run_cnt)) => Ok((run_time_ns, run_cnt)),
+            _ => bail!("{path} has no run_time_ns/run_cnt (kernel too old for BPF stats?)"),
+        }
+    }
+
     fn attach() -> Result<Self> {
         const BPF_PROG_LOAD: libc::c_long = 5;
         const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
@@ -495,7 +533,7 @@ impl EmptySchedSwitchProgram {
         )
         .context("attaching the empty program to sched_switch")?;
         Ok(Self {
-            _program: program,
+            program,
             _link: link,
         })
     }
@@ -741,36 +779,56 @@ impl OffCpuReport {
     fn kernel_markdown(&self) -> String {
         let mut text = format!(
             "\n**6.2 In-kernel cost per `sched_switch` invocation.** {KERNEL_ROUNDS} ping-pong \
-             runs under `sparkprof record --off-cpu --pid PARENT --pid CHILD` with \
-             `kernel.bpf_stats_enabled=1` (restored afterwards): `run_time_ns` and `run_cnt` of \
-             sparkprof's `{SCHED_SWITCH_PROGRAM}` tracepoint program (`/proc/PID/fdinfo`) just \
-             before the first round trip and just after the last. The program runs on every \
-             context switch of the host; for a switch between other processes it reads two \
-             array entries (the leaving thread's process in the watched set, the incoming \
-             thread's slot), and looks up a hash key only where another thread holds that slot \
-             and one has spilled over to the hash map.\n\n\
-             | round | invocations | ns per invocation | invocations per round trip | in-kernel time per round trip, µs | in-kernel time per second of the run, % of one core |\n\
-             |---|--:|--:|--:|--:|--:|\n"
+             runs under `sparkprof record --off-cpu --pid PARENT --pid CHILD` (the ping-pong \
+             recorded) and as many, interleaved, under `sparkprof record --off-cpu` recording \
+             another process, with `kernel.bpf_stats_enabled=1` (restored afterwards) and the \
+             empty program of 6.1 attached to the same tracepoint in every run: `run_time_ns` \
+             and `run_cnt` of sparkprof's `{SCHED_SWITCH_PROGRAM}` tracepoint program and of the \
+             empty one (`/proc/PID/fdinfo`) just before the first round trip and just after the \
+             last. Both are timed the same way, so their difference is what sparkprof's program \
+             adds to a switch; the ping-pong's round trip is two switches, so 1 point of 6.1 is \
+             1 % of a round trip over 2 per switch. The program runs on every context switch of \
+             the host; for a switch between other processes it reads the two processes' entries \
+             of the watched set and returns, the rest being a subprogram only switches of \
+             watched threads call.\n\n\
+             | round | ping-pong | invocations | ns per invocation | empty program, ns per invocation | sparkprof over the empty program, ns per switch | the same, points of a round trip | invocations per round trip | in-kernel time per round trip, µs |\n\
+             |---|---|--:|--:|--:|--:|--:|--:|--:|\n"
         );
-        let mut rows: Vec<(String, u64, u64, f64, u64)> = self
+        let mut rows: Vec<(String, bool, u64, u64, (u64, u64), f64, u64)> = self
             .kernel
             .iter()
             .enumerate()
-            .map(|(i, r)| ((i + 1).to_string(), r.run_cnt, r.run_time_ns, r.seconds, 1))
+            .map(|(i, r)| {
+                let round = i / 2 + 1;
+                (round.to_string(), r.recorded, r.run_cnt, r.run_time_ns, r.empty, r.seconds, 1)
+            })
             .collect();
-        let all = rows.iter().fold(
-            ("all".to_owned(), 0u64, 0u64, 0.0, 0u64),
-            |(label, c, n, s, k), (_, rc, rn, rs, rk)| (label, c + rc, n + rn, s + rs, k + rk),
-        );
-        rows.push(all);
-        for (round, count, ns, seconds, runs) in &rows {
+        for recorded in [true, false] {
+            let all = rows
+                .iter()
+                .filter(|row| row.1 == recorded)
+                .fold(
+                    ("all".to_owned(), recorded, 0u64, 0u64, (0u64, 0u64), 0.0, 0u64),
+                    |(label, w, c, n, (et, ec), s, k), (_, _, rc, rn, (ret, rec), rs, rk)| {
+                        (label, w, c + rc, n + rn, (et + ret, ec + rec), s + rs, k + rk)
+                    },
+                );
+            if all.6 > 0 {
+                rows.push(all);
+            }
+        }
+        for (round, recorded, count, ns, (empty_ns, empty_count), seconds, runs) in &rows {
             let trips = (ROUND_TRIPS * runs) as f64;
+            let per_invocation = *ns as f64 / *count as f64;
+            let empty = *empty_ns as f64 / (*empty_count).max(1) as f64;
+            let over = per_invocation - empty;
+            let round_trip_ns = seconds * 1e9 / trips;
             text += &format!(
-                "| {round} | {count} | {:.0} | {:.2} | {:.2} | {:.2} % |\n",
-                *ns as f64 / *count as f64,
+                "| {round} | {} | {count} | {per_invocation:.1} | {empty:.1} | {over:+.1} | {:+.2} | {:.2} | {:.2} |\n",
+                if *recorded { "recorded" } else { "not recorded" },
+                100.0 * 2.0 * over / round_trip_ns,
                 *count as f64 / trips,
                 *ns as f64 / 1e3 / trips,
-                100.0 * *ns as f64 / 1e9 / seconds
             );
         }
         text
@@ -813,12 +871,25 @@ mod tests {
                     pairs: vec![pair(false, 2.5, 2.75), pair(true, 2.5, 2.7)],
                 },
             ],
-            kernel: vec![KernelRound {
-                // 2 invocations of 2 µs each per round trip.
-                run_cnt: 2 * ROUND_TRIPS,
-                run_time_ns: 4_000 * ROUND_TRIPS,
-                seconds: 4e-6 * ROUND_TRIPS as f64 * 2.0,
-            }],
+            kernel: vec![
+                KernelRound {
+                    // 2 invocations of 2 µs each per round trip of 8 µs,
+                    // beside an empty program of 1 µs.
+                    recorded: true,
+                    run_cnt: 2 * ROUND_TRIPS,
+                    run_time_ns: 4_000 * ROUND_TRIPS,
+                    empty: (2_000 * ROUND_TRIPS, 2 * ROUND_TRIPS),
+                    seconds: 8e-6 * ROUND_TRIPS as f64,
+                },
+                KernelRound {
+                    // 2 invocations of 1.1 µs each.
+                    recorded: false,
+                    run_cnt: 2 * ROUND_TRIPS,
+                    run_time_ns: 2_200 * ROUND_TRIPS,
+                    empty: (2_000 * ROUND_TRIPS, 2 * ROUND_TRIPS),
+                    seconds: 8e-6 * ROUND_TRIPS as f64,
+                },
+            ],
             spark: None,
             spark_kernel: Some(SparkKernelCost {
                 // 100,000 switches of 4 µs and 5,000 samples of 12 µs over 40 s.
@@ -854,8 +925,15 @@ mod tests {
         assert!(text.contains("| `--off-cpu` | +9.0 % (1.090;"), "{text}");
         assert!(text.contains("**not met**"), "{text}");
         for round in ["1", "all"] {
+            // 1 µs over the empty program per switch, 2 per round trip of
+            // 8 µs: 25 points.
             let row = format!(
-                "| {round} | {} | 2000 | 2.00 | 4.00 | 50.00 % |",
+                "| {round} | recorded | {} | 2000.0 | 1000.0 | +1000.0 | +25.00 | 2.00 | 4.00 |",
+                2 * ROUND_TRIPS
+            );
+            assert!(text.contains(&row), "{row} in {text}");
+            let row = format!(
+                "| {round} | not recorded | {} | 1100.0 | 1000.0 | +100.0 | +2.50 | 2.00 | 2.20 |",
                 2 * ROUND_TRIPS
             );
             assert!(text.contains(&row), "{row} in {text}");
