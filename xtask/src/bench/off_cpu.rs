@@ -123,6 +123,7 @@ pub type ModeResult = ArmPairs<Mode, Stats>;
 
 /// One ping-pong run under `--off-cpu` with BPF statistics on, an empty
 /// program attached to the same tracepoint beside sparkprof's.
+#[derive(Clone)]
 pub struct KernelRound {
     /// Whether sparkprof recorded the ping-pong (else another process).
     pub recorded: bool,
@@ -794,41 +795,49 @@ impl OffCpuReport {
              | round | ping-pong | invocations | ns per invocation | empty program, ns per invocation | sparkprof over the empty program, ns per switch | the same, points of a round trip | invocations per round trip | in-kernel time per round trip, µs |\n\
              |---|---|--:|--:|--:|--:|--:|--:|--:|\n"
         );
-        let mut rows: Vec<(String, bool, u64, u64, (u64, u64), f64, u64)> = self
+        // Each round, then all rounds of each kind (with how many runs).
+        let mut rows: Vec<(String, KernelRound, u64)> = self
             .kernel
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                let round = i / 2 + 1;
-                (round.to_string(), r.recorded, r.run_cnt, r.run_time_ns, r.empty, r.seconds, 1)
-            })
+            .map(|(i, round)| ((i / 2 + 1).to_string(), round.clone(), 1))
             .collect();
         for recorded in [true, false] {
-            let all = rows
+            let kind: Vec<&KernelRound> = self
+                .kernel
                 .iter()
-                .filter(|row| row.1 == recorded)
-                .fold(
-                    ("all".to_owned(), recorded, 0u64, 0u64, (0u64, 0u64), 0.0, 0u64),
-                    |(label, w, c, n, (et, ec), s, k), (_, _, rc, rn, (ret, rec), rs, rk)| {
-                        (label, w, c + rc, n + rn, (et + ret, ec + rec), s + rs, k + rk)
-                    },
-                );
-            if all.6 > 0 {
-                rows.push(all);
+                .filter(|round| round.recorded == recorded)
+                .collect();
+            if kind.is_empty() {
+                continue;
             }
+            let sum = |field: fn(&KernelRound) -> u64| kind.iter().map(|r| field(r)).sum::<u64>();
+            let all = KernelRound {
+                recorded,
+                run_cnt: sum(|r| r.run_cnt),
+                run_time_ns: sum(|r| r.run_time_ns),
+                empty: (sum(|r| r.empty.0), sum(|r| r.empty.1)),
+                seconds: kind.iter().map(|r| r.seconds).sum(),
+            };
+            rows.push(("all".to_owned(), all, kind.len() as u64));
         }
-        for (round, recorded, count, ns, (empty_ns, empty_count), seconds, runs) in &rows {
+        for (round, r, runs) in &rows {
             let trips = (ROUND_TRIPS * runs) as f64;
-            let per_invocation = *ns as f64 / *count as f64;
-            let empty = *empty_ns as f64 / (*empty_count).max(1) as f64;
+            let per_invocation = r.run_time_ns as f64 / r.run_cnt as f64;
+            let empty = r.empty.0 as f64 / r.empty.1.max(1) as f64;
             let over = per_invocation - empty;
-            let round_trip_ns = seconds * 1e9 / trips;
+            let round_trip_ns = r.seconds * 1e9 / trips;
             text += &format!(
-                "| {round} | {} | {count} | {per_invocation:.1} | {empty:.1} | {over:+.1} | {:+.2} | {:.2} | {:.2} |\n",
-                if *recorded { "recorded" } else { "not recorded" },
+                "| {round} | {} | {} | {per_invocation:.1} | {empty:.1} | {over:+.1} | {:+.2} | {:.2} | {:.2} |\n",
+                if r.recorded {
+                    "recorded"
+                } else {
+                    "not recorded"
+                },
+                r.run_cnt,
                 100.0 * 2.0 * over / round_trip_ns,
-                *count as f64 / trips,
-                *ns as f64 / 1e3 / trips,
+                r.run_cnt as f64 / trips,
+                r.run_time_ns as f64 / 1e3 / trips,
             );
         }
         text
