@@ -37,7 +37,7 @@
 //! switch-in of watched threads together.
 
 use aya_ebpf::{
-    EbpfContext, Global,
+    Global,
     bindings::{BPF_NOEXIST, pt_regs, task_struct},
     helpers::{
         bpf_get_current_comm, bpf_get_current_task, bpf_get_task_stack, bpf_ktime_get_ns,
@@ -141,38 +141,9 @@ const REPORT_BITS: u32 = 0x7f;
 /// unsigned int prev_state)`, in the context of `prev`.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    let prev: *const task_struct = ctx.arg(1);
-    let next: *const task_struct = ctx.arg(2);
-    let leaving = watched(task::tgid(prev));
-    if leaving.is_none() && watched(task::tgid(next)).is_none() {
-        return 0;
-    }
-    switch_of_watched(ctx.as_ptr(), leaving.map_or(NOT_WATCHED, u32::from))
-}
-
-/// `leaving` of [`switch_of_watched`] for a `prev` not watched.
-const NOT_WATCHED: u32 = 2;
-
-/// A switch from or to a watched thread: everything but the test above,
-/// in a function of its own (a BPF subprogram), so that what every other
-/// switch of the host runs is that test alone, not the entry of a program
-/// that spills registers for the walks below. Measured with bpf_stats on
-/// a pipe ping-pong that is not watched, beside an empty program on the
-/// same tracepoint (Linux 6.18 on a VM, 6 interleaved runs each): 19.7 ns
-/// more than the empty program inlined, 18.2 ns as a subprogram. Most of
-/// what is left is the price of any load a branch depends on there: a
-/// program that reads one word of its own global data and returns costs
-/// 10 ns more than the empty one.
-/// `leaving`: `prev`'s [`watched`] as 0 or 1 (a followed CPython), or
-/// [`NOT_WATCHED`].
-#[inline(never)]
-fn switch_of_watched(ctx: *mut core::ffi::c_void, leaving: u32) -> i32 {
-    let ctx = BtfTracePointContext::new(ctx);
     // One clock read for both sides: read only if either is of interest.
     let mut now = 0;
-    if leaving != NOT_WATCHED {
-        switched_out(&ctx, &mut now, leaving != 0);
-    }
+    switched_out(&ctx, &mut now);
     switched_in(&ctx, &mut now);
     0
 }
@@ -290,9 +261,12 @@ fn free_slot(task: u64) {
 
 /// The current thread (`prev`) leaves the CPU: open its period.
 #[inline(always)]
-fn switched_out(ctx: &BtfTracePointContext, now: &mut u64, python: bool) {
+fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     let prev: *const task_struct = ctx.arg(1);
     let tgid = task::tgid(prev);
+    let Some(python) = watched(tgid) else {
+        return;
+    };
     let tid = task::pid(prev);
     let task = as_number(ctx.arg(1));
     let prev_state: u64 = ctx.arg(3);
