@@ -790,8 +790,7 @@ impl OffCpuReport {
              adds to a switch; the ping-pong's round trip is two switches, so 1 point of 6.1 is \
              1 % of a round trip over 2 per switch. The program runs on every context switch of \
              the host; for a switch between other processes it reads the two processes' entries \
-             of the watched set and returns, the rest being a subprogram only switches of \
-             watched threads call.\n\n\
+             of the watched set and returns.\n\n\
              | round | ping-pong | invocations | ns per invocation | empty program, ns per invocation | sparkprof over the empty program, ns per switch | the same, points of a round trip | invocations per round trip | in-kernel time per round trip, µs |\n\
              |---|---|--:|--:|--:|--:|--:|--:|--:|\n"
         );
