@@ -46,8 +46,8 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SPARKPROF_OUTPUT, SysctlGuard,
     TimedPair, Tool, bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field,
-    interleaved_pairs, met, pair_rows, progress, run_pair, sparkprof_index, spread_percent,
-    wait_for_quiet_host,
+    fdinfo_run_stats, interleaved_pairs, met, pair_rows, progress, run_pair, sparkprof_index,
+    spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -447,10 +447,7 @@ fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
         if prog_name(id as u32)? != SCHED_SWITCH_PROGRAM {
             continue;
         }
-        let (Some(run_time_ns), Some(run_cnt)) = (field("run_time_ns"), field("run_cnt")) else {
-            bail!("{path} has no run_time_ns/run_cnt (kernel too old for BPF stats?)");
-        };
-        return Ok((run_time_ns, run_cnt));
+        return fdinfo_run_stats(&path, &info);
     }
     bail!("process {pid} holds no {SCHED_SWITCH_PROGRAM} tracepoint program")
 }
@@ -468,13 +465,7 @@ impl EmptySchedSwitchProgram {
     fn stats(&self) -> Result<(u64, u64)> {
         let path = format!("/proc/self/fdinfo/{}", self.program.as_raw_fd());
         let info = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        match (
-            fdinfo_field(&info, "run_time_ns"),
-            fdinfo_field(&info, "run_cnt"),
-        ) {
-            (Some(run_time_ns), Some(run_cnt)) => Ok((run_time_ns, run_cnt)),
-            _ => bail!("{path} has no run_time_ns/run_cnt (kernel too old for BPF stats?)"),
-        }
+        fdinfo_run_stats(&path, &info)
     }
 
     fn attach() -> Result<Self> {
@@ -879,25 +870,17 @@ mod tests {
                     pairs: vec![pair(false, 2.5, 2.75), pair(true, 2.5, 2.7)],
                 },
             ],
-            kernel: vec![
-                KernelRound {
-                    // 2 invocations of 2 µs each per round trip of 8 µs,
-                    // beside an empty program of 1 µs.
-                    recorded: true,
+            // 2 invocations per round trip of 8 µs, of 2 µs each recorded
+            // and 1.1 µs each not, beside an empty program of 1 µs.
+            kernel: [(true, 4_000), (false, 2_200)]
+                .map(|(recorded, ns_per_trip)| KernelRound {
+                    recorded,
                     run_cnt: 2 * ROUND_TRIPS,
-                    run_time_ns: 4_000 * ROUND_TRIPS,
+                    run_time_ns: ns_per_trip * ROUND_TRIPS,
                     empty: (2_000 * ROUND_TRIPS, 2 * ROUND_TRIPS),
                     seconds: 8e-6 * ROUND_TRIPS as f64,
-                },
-                KernelRound {
-                    // 2 invocations of 1.1 µs each.
-                    recorded: false,
-                    run_cnt: 2 * ROUND_TRIPS,
-                    run_time_ns: 2_200 * ROUND_TRIPS,
-                    empty: (2_000 * ROUND_TRIPS, 2 * ROUND_TRIPS),
-                    seconds: 8e-6 * ROUND_TRIPS as f64,
-                },
-            ],
+                })
+                .into(),
             spark: None,
             spark_kernel: Some(SparkKernelCost {
                 // 100,000 switches of 4 µs and 5,000 samples of 12 µs over 40 s.

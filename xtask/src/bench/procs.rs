@@ -390,10 +390,7 @@ impl ProgStats {
                 continue;
             }
             seen.push(id);
-            let (Some(run_time_ns), Some(run_cnt)) = (field("run_time_ns"), field("run_cnt"))
-            else {
-                bail!("{path} has no run_time_ns/run_cnt (kernel too old for BPF stats?)");
-            };
+            let (run_time_ns, run_cnt) = fdinfo_run_stats(&path, &info)?;
             stats.programs += 1;
             stats.run_time_ns += run_time_ns;
             stats.run_cnt += run_cnt;
@@ -431,6 +428,18 @@ pub(crate) fn fdinfo_field(info: &str, name: &str) -> Option<u64> {
         let (key, value) = line.split_once(':')?;
         (key == name).then(|| value.trim().parse().ok())?
     })
+}
+
+/// `(run_time_ns, run_cnt)` of a BPF program's fdinfo text, read from
+/// `path` (counted while `kernel.bpf_stats_enabled` is 1).
+pub(crate) fn fdinfo_run_stats(path: &str, info: &str) -> Result<(u64, u64)> {
+    match (
+        fdinfo_field(info, "run_time_ns"),
+        fdinfo_field(info, "run_cnt"),
+    ) {
+        (Some(run_time_ns), Some(run_cnt)) => Ok((run_time_ns, run_cnt)),
+        _ => bail!("{path} has no run_time_ns/run_cnt (kernel too old for BPF stats?)"),
+    }
 }
 
 /// User plus system CPU time of a process so far (all its threads).
