@@ -572,12 +572,22 @@ pub mod names {
     pub const CFS_RQ_RQ_OFFSET: &str = "CFS_RQ_RQ_OFFSET";
     pub const RQ_CLOCK_OFFSET: &str = "RQ_CLOCK_OFFSET";
     pub const SCHED_CLOCK_KNOWN: &str = "SCHED_CLOCK_KNOWN";
+    /// Global `u32`: offset of `task_struct::bpf_storage` (the task's BPF
+    /// local storage, NULL until a program gives it some), from the
+    /// kernel's BTF (`0`: unknown, and every switch takes the full test).
+    pub const TASK_BPF_STORAGE_OFFSET: &str = "TASK_BPF_STORAGE_OFFSET";
     /// The `sched_switch` BTF tracepoint program: threads of interest leave
     /// and come back.
     pub const PROGRAM_SCHED_SWITCH: &str = "sched_switch";
     /// The `sched_process_exit` BTF tracepoint program that forgets exited
     /// threads.
     pub const PROGRAM_PROCESS_EXIT: &str = "sched_process_exit";
+    /// The `task_newtask` BTF tracepoint program: a watched process's new
+    /// thread is marked as it is created.
+    pub const PROGRAM_TASK_NEWTASK: &str = "task_newtask";
+    /// The task iterator (`iter/task`) that marks the threads a watched
+    /// process already has.
+    pub const PROGRAM_MARK_WATCHED: &str = "mark_watched_threads";
     /// Off-CPU count maps (blocked nanoseconds), one per buffer.
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
     /// `HashMap<u32 tgid, PythonOffsets>`: CPython processes followed.

@@ -77,3 +77,25 @@ pub fn run_queue_clock(task: *const task_struct) -> u64 {
         core::ptr::read_volatile(rq.add(RQ_CLOCK_OFFSET.load() as usize).cast::<u64>())
     }
 }
+
+/// Offset of `task_struct::bpf_storage` (0: not known).
+#[unsafe(no_mangle)]
+static TASK_BPF_STORAGE_OFFSET: Global<u32> = Global::new(0);
+
+/// Whether `task` may be a thread of a watched process: it has BPF local
+/// storage (every such thread is given some, see `off_cpu::OFFCPU_MARKED`),
+/// or where the field is not known, always. Most of the host's threads
+/// have none, and for them this one load is the whole of a switch's test:
+/// the full one (`tgid`, then the watched table) was two dependent loads a
+/// side, and every context switch of the host paid for it.
+#[inline(always)]
+pub fn may_be_watched(task: *const task_struct) -> bool {
+    let offset = TASK_BPF_STORAGE_OFFSET.load();
+    if offset == 0 {
+        return true;
+    }
+    let storage = unsafe {
+        core::ptr::read_volatile((task as *const u8).add(offset as usize).cast::<*const u8>())
+    };
+    !storage.is_null()
+}

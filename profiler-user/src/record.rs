@@ -204,11 +204,21 @@ impl Pipeline {
         self.runtimes.discovered(process, &mut self.collector);
     }
 
+    /// [`Self::watch`]es each of `processes`, then has the threads they
+    /// already have marked for off-CPU time in one pass.
+    fn watch_all(&mut self, processes: Vec<Arc<ProcessInfo>>) {
+        for process in &processes {
+            self.watch(process);
+        }
+        if let Err(err) = self.collector.mark_watched_threads() {
+            warn!("off-CPU time of the threads watched processes already have is lost: {err}");
+        }
+    }
+
     fn process(&mut self, drain: crate::collect::Drain) {
         let since = process_cpu();
-        for process in self.enricher.discover(&drain) {
-            self.watch(&process);
-        }
+        let discovered = self.enricher.discover(&drain);
+        self.watch_all(discovered);
         self.runtimes.synchronize(&mut self.collector);
         let dumps = self.runtimes.thread_names(Some(&drain), &self.collector);
         self.cpu.add_since(Stage::Follow, since);
@@ -402,9 +412,8 @@ impl Session {
         // Processes already running: their renames (and off-CPU time) are
         // watched from now on, and the names their threads have now are asked
         // for right away.
-        for process in pipeline.enricher.running_processes() {
-            pipeline.watch(&process);
-        }
+        let running = pipeline.enricher.running_processes();
+        pipeline.watch_all(running);
         let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
         pipeline.enricher.named(&dumps);
         pipeline.symbolizer.load();

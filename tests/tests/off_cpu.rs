@@ -3,6 +3,7 @@
 //! and on a lock, Java threads in Thread.sleep and at a monitor, and CPU
 //! contention, which must show as preemption and not as sleep.
 
+use rstest::rstest;
 use std::{
     io::{BufRead, BufReader},
     path::Path,
@@ -52,9 +53,15 @@ fn has_frame(stack: &Stack, part: &str) -> bool {
     stack.frames.iter().any(|frame| frame.contains(part))
 }
 
-#[test]
-fn blocked_time_where_threads_wait() {
-    blocked_time_of_known_waits(Host::AsIs);
+/// The workload's threads start once sparkprof records (each is marked
+/// for off-CPU time as it is created), or exist before it starts and start
+/// their work then (marked by the task iterator when their process is
+/// first watched).
+#[rstest]
+#[case::threads_created_while_recording(Threads::CreatedWhileRecording)]
+#[case::threads_there_before_recording(Threads::ThereBefore)]
+fn blocked_time_where_threads_wait(#[case] threads: Threads) {
+    blocked_time_of_known_waits(Host::AsIs, threads);
 }
 
 /// The same on a bare host (a fresh machine, a container): no tracefs or
@@ -63,20 +70,33 @@ fn blocked_time_where_threads_wait() {
 #[test]
 fn blocked_time_on_a_bare_host() {
     let before = pseudo_fs_mounts(std::process::id());
-    blocked_time_of_known_waits(Host::Bare);
+    blocked_time_of_known_waits(Host::Bare, Threads::CreatedWhileRecording);
     assert_eq!(pseudo_fs_mounts(std::process::id()), before);
+}
+
+/// When the waiting threads of the `offcpu wait` workload are created.
+#[derive(Debug, Clone, Copy)]
+enum Threads {
+    CreatedWhileRecording,
+    ThereBefore,
 }
 
 /// Records the `offcpu wait` workload with `--off-cpu` on `host` and checks
 /// its on-CPU samples, its off-CPU time against the workload's own
 /// measurement, where each thread waits, and the wall-clock view.
-fn blocked_time_of_known_waits(host: Host) {
+fn blocked_time_of_known_waits(host: Host, threads: Threads) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let binary = build_workload("offcpu", dir.path());
     // --pid: the workload is the process of interest (not a JVM or Python).
-    // Its threads start on SIGUSR1, once sparkprof records.
-    let workload = Workload::start(&binary, &["wait", "4", "go-on-signal"]);
+    // Its threads start their waits on SIGUSR1, once sparkprof records.
+    let workload = match threads {
+        Threads::CreatedWhileRecording => Workload::start(&binary, &["wait", "4", "go-on-signal"]),
+        // Once it says so, its threads exist, each held at a gate.
+        Threads::ThereBefore => {
+            Workload::start_ready(&binary, &["wait", "4", "threads-first"], "waiting")
+        }
+    };
     let pid = workload.pid();
     let pid_arg = pid.to_string();
     let recorder = Recorder::start_on(

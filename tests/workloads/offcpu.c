@@ -1,9 +1,11 @@
 /*
  * Threads that wait in known places, for sparkprof's off-CPU tests.
  *
- *   offcpu wait SECONDS [go-on-signal]
+ *   offcpu wait SECONDS [go-on-signal|threads-first]
  *                            three waiting threads (below), then prints the
- *                            truth; with go-on-signal they start on SIGUSR1
+ *                            truth; with go-on-signal they start on SIGUSR1;
+ *                            with threads-first they exist from the start
+ *                            and begin their work on SIGUSR1
  *   offcpu contend SECONDS N N busy threads (more than the CPUs: preemption)
  *
  * wait mode:
@@ -31,6 +33,18 @@ static volatile int stop;
 volatile unsigned long sink;
 static int pipefd[2];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Closed in threads-first mode until SIGUSR1: each thread, named, waits
+ * here before its work. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_open = 1;
+
+static void gate(void) {
+    pthread_mutex_lock(&gate_lock);
+    while (!gate_open) pthread_cond_wait(&gate_cond, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+}
 
 static double now(void) {
     struct timespec ts;
@@ -70,6 +84,7 @@ __attribute__((noinline)) void sparkprof_sleeper_loop(void) {
 static void *sleeper(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "sleeper");
+    gate();
     sparkprof_sleeper_loop();
     return NULL;
 }
@@ -82,6 +97,7 @@ __attribute__((noinline)) long sparkprof_pipe_wait(void) {
 static void *pipe_reader(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "piperead");
+    gate();
     while (sparkprof_pipe_wait() == 1) {
     }
     return NULL;
@@ -90,6 +106,7 @@ static void *pipe_reader(void *arg) {
 static void *pipe_writer(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "pipewrite");
+    gate();
     while (!stop) {
         sleep_ms(50);
         if (write(pipefd[1], "x", 1) != 1) break;
@@ -106,6 +123,7 @@ __attribute__((noinline)) void sparkprof_lock_wait(void) {
 static void *contender(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "contender");
+    gate();
     while (!stop) {
         sparkprof_lock_wait();
         sleep_ms(1);
@@ -116,6 +134,7 @@ static void *contender(void *arg) {
 static void *holder(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "holder");
+    gate();
     while (!stop) {
         pthread_mutex_lock(&lock);
         sleep_ms(40);
@@ -149,23 +168,37 @@ int main(int argc, char **argv) {
         printf("done\n");
         return 0;
     }
-    if (argc > 3 && strcmp(argv[3], "go-on-signal") == 0) {
-        sigset_t usr1;
-        int sig;
-        sigemptyset(&usr1);
-        sigaddset(&usr1, SIGUSR1);
-        pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+    int on_signal = argc > 3 && strcmp(argv[3], "go-on-signal") == 0;
+    int threads_first = argc > 3 && strcmp(argv[3], "threads-first") == 0;
+    sigset_t usr1;
+    int sig;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    /* Blocked before any thread exists: every thread inherits it, and
+     * sigwait below takes it. */
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+    if (pipe(pipefd) != 0) return 1;
+    gate_open = !threads_first;
+    pthread_t s, r, w, c, h;
+    if (on_signal) {
         printf("waiting\n");
         fflush(stdout);
         sigwait(&usr1, &sig);
     }
-    if (pipe(pipefd) != 0) return 1;
-    pthread_t s, r, w, c, h;
     pthread_create(&h, NULL, holder, NULL);
     pthread_create(&c, NULL, contender, NULL);
     pthread_create(&r, NULL, pipe_reader, NULL);
     pthread_create(&w, NULL, pipe_writer, NULL);
     pthread_create(&s, NULL, sleeper, NULL);
+    if (threads_first) {
+        printf("waiting\n");
+        fflush(stdout);
+        sigwait(&usr1, &sig);
+        pthread_mutex_lock(&gate_lock);
+        gate_open = 1;
+        pthread_cond_broadcast(&gate_cond);
+        pthread_mutex_unlock(&gate_lock);
+    }
     pthread_join(s, NULL);
     stop = 1;
     pthread_join(w, NULL);

@@ -220,6 +220,12 @@ impl KernelTypes {
         ])
     }
 
+    /// Where a task's BPF local storage pointer is (`task_struct::bpf_storage`,
+    /// with `CONFIG_BPF_SYSCALL`).
+    pub fn task_storage(&self) -> Result<u32, BtfError> {
+        self.member_offset("task_struct", "bpf_storage")
+    }
+
     /// Where the run queue clock is reached from a task:
     /// `[offset of task_struct::se.cfs_rq, of cfs_rq::rq, of rq::clock]`
     /// (`se.cfs_rq` exists with `CONFIG_FAIR_GROUP_SCHED`).
@@ -405,6 +411,8 @@ mod tests {
     fn reads_this_kernels_task_struct() {
         let kernel = KernelTypes::read().expect("the kernel's BTF at /sys/kernel/btf/vmlinux");
         let [pid, tgid] = kernel.task_ids().unwrap();
+        // The off-CPU test's first load (and the field is after the ids).
+        assert!(kernel.task_storage().unwrap() > tgid);
         assert!(pid > 0, "task_struct.pid at {pid}");
         assert_eq!(tgid, pid + 4);
         for event in ["sched_switch", "sched_process_exit", "task_rename"] {

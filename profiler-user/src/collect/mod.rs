@@ -300,11 +300,16 @@ impl Collector {
         };
         let off_cpu_globals = match &config.off_cpu {
             Some(off_cpu) => Some(
-                OffCpuGlobals::read(off_cpu.min_block).map_err(CollectError::OffCpuUnavailable)?,
+                OffCpuGlobals::read(off_cpu.min_block)
+                    .map_err(CollectError::OffCpuUnavailable)?
+                    .with_task_storage(types.as_ref().ok().and_then(|t| t.task_storage().ok())),
             ),
             None => None,
         };
         let mut loader = EbpfLoader::new();
+        // `OFFCPU_MARKED` is a task storage map, which aya creates but has
+        // no type for; only the kernel side uses it.
+        loader.allow_unsupported_maps();
         loader.override_global(names::FILTER_BY_TGID, &filter, true);
         match (&config.off_cpu, &off_cpu_globals) {
             (Some(off_cpu), Some(globals)) => {
@@ -509,10 +514,21 @@ impl Collector {
         self.off_cpu.as_ref().map(OffCpuRecorder::thread_slots)
     }
 
-    /// Records a process's off-CPU time from now on (when recording it).
+    /// Records a process's off-CPU time from now on (when recording it):
+    /// its threads created from now on at once, those it has already from
+    /// the next [`Self::mark_watched_threads`].
     pub fn watch_off_cpu(&mut self, pid: u32) -> Result<(), CollectError> {
         match self.off_cpu.as_mut() {
             Some(off_cpu) => off_cpu.watch(pid),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the threads that processes watched since the last call
+    /// already had (one pass over the host's threads for all of them).
+    pub fn mark_watched_threads(&mut self) -> Result<(), CollectError> {
+        match self.off_cpu.as_mut() {
+            Some(off_cpu) => off_cpu.mark_watched_threads(&mut self.ebpf),
             None => Ok(()),
         }
     }

@@ -23,7 +23,7 @@ use std::{
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, RingBuf},
-    programs::{BtfTracePoint, Program, ProgramError},
+    programs::{BtfTracePoint, Iter, Program, ProgramError},
 };
 use profiler_common::{
     MAX_OFFCPU_SLOTS, NewStack, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
@@ -100,6 +100,8 @@ impl OffCpuState {
 pub struct OffCpuGlobals {
     slot_mask: u32,
     min_block_ns: u64,
+    /// Offset of `task_struct::bpf_storage` (0: not known).
+    task_storage: u32,
 }
 
 impl OffCpuGlobals {
@@ -114,7 +116,17 @@ impl OffCpuGlobals {
         Ok(Self {
             slot_mask: slots_for(pid_max) - 1,
             min_block_ns: min_block.as_nanos().min(u128::from(u64::MAX)) as u64,
+            task_storage: 0,
         })
+    }
+
+    /// Where a task's BPF local storage pointer is, if the kernel's BTF
+    /// says: the program then tells most unwatched threads by it alone.
+    pub fn with_task_storage(self, offset: Option<u32>) -> Self {
+        Self {
+            task_storage: offset.unwrap_or(0),
+            ..self
+        }
     }
 
     /// Slots of the watched-process table.
@@ -127,6 +139,7 @@ impl OffCpuGlobals {
     pub fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::OFFCPU_SLOT_MASK, &self.slot_mask, true);
         loader.override_global(names::OFFCPU_MIN_BLOCK_NS, &self.min_block_ns, true);
+        loader.override_global(names::TASK_BPF_STORAGE_OFFSET, &self.task_storage, true);
         loader.map_max_entries(names::OFFCPU_WATCHED, self.slots());
     }
 }
@@ -161,6 +174,8 @@ pub struct OffCpuRecorder {
     spilled_slots: HashMap<MapData, u64, OffCpuStart>,
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
+    /// Processes were watched since their threads were last marked.
+    marks_pending: bool,
     slot_mask: u32,
     /// Stacks read so far, by hash, as the rings sent them: bounded to
     /// twice the entries of their kernel map (the kernel's LRU map still
@@ -172,8 +187,11 @@ pub struct OffCpuRecorder {
 }
 
 impl OffCpuRecorder {
-    /// Loads and attaches the two BTF tracepoint programs (no tracefs), the
-    /// exit one first so no slot outlives its thread.
+    /// Loads and attaches the BTF tracepoint programs (no tracefs): the
+    /// exit one first so no slot outlives its thread, and the one that
+    /// marks new threads of watched processes before the switches that
+    /// pass over unmarked threads; and loads the iterator that marks the
+    /// threads a process has when it comes to be watched.
     pub fn load(
         ebpf: &mut Ebpf,
         globals: &OffCpuGlobals,
@@ -193,6 +211,21 @@ impl OffCpuRecorder {
         };
         exit.load("sched_process_exit", btf).map_err(exit_error)?;
         exit.attach().map_err(exit_error)?;
+        let newtask: &mut BtfTracePoint = program(ebpf, names::PROGRAM_TASK_NEWTASK)?;
+        let newtask_error = |err: ProgramError| {
+            CollectError::OffCpuUnavailable(format!(
+                "the task_newtask BTF tracepoint could not be attached: {err}"
+            ))
+        };
+        newtask.load("task_newtask", btf).map_err(newtask_error)?;
+        newtask.attach().map_err(newtask_error)?;
+        let mark: &mut Iter = program(ebpf, names::PROGRAM_MARK_WATCHED)?;
+        mark.load("task", btf).map_err(|err| {
+            CollectError::OffCpuUnavailable(format!(
+                "the task iterator that marks watched threads could not be loaded: {err} \
+                 (task iterators and task storage need Linux 5.11 or newer)"
+            ))
+        })?;
         let switch: &mut BtfTracePoint = program(ebpf, names::PROGRAM_SCHED_SWITCH)?;
         let unavailable = |err: ProgramError| {
             CollectError::OffCpuUnavailable(format!(
@@ -220,6 +253,7 @@ impl OffCpuRecorder {
             thread_slots: take_map(ebpf, names::OFFCPU_THREADS)?,
             spilled_slots: take_map(ebpf, names::OFFCPU_START)?,
             watched: StdHashMap::new(),
+            marks_pending: false,
             slot_mask: globals.slot_mask,
             stack_cache: TwoGenerations::new(
                 profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES as usize,
@@ -271,6 +305,31 @@ impl OffCpuRecorder {
                 source,
             })?;
         self.watched.insert(slot, pid);
+        self.marks_pending = true;
+        Ok(())
+    }
+
+    /// Marks the threads of processes watched since the last call: runs
+    /// the task iterator (to its end: reading it is running it). A thread
+    /// created since a process was watched was marked as it was created.
+    pub fn mark_watched_threads(&mut self, ebpf: &mut Ebpf) -> Result<(), CollectError> {
+        if !self.marks_pending {
+            return Ok(());
+        }
+        let error = |source: ProgramError| CollectError::Program {
+            name: names::PROGRAM_MARK_WATCHED,
+            source,
+        };
+        let mark: &mut Iter = program(ebpf, names::PROGRAM_MARK_WATCHED)?;
+        let link = mark.attach().map_err(error)?;
+        let link = mark.take_link(link).map_err(error)?;
+        let mut iterator = link
+            .into_file()
+            .map_err(|err| error(ProgramError::from(err)))?;
+        // The program writes nothing: the read returns at the last thread.
+        std::io::copy(&mut iterator, &mut std::io::sink())
+            .map_err(|err| error(ProgramError::from(err)))?;
+        self.marks_pending = false;
         Ok(())
     }
 
