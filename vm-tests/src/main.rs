@@ -110,10 +110,14 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 13] = [
+    let checks: [(&str, Check); 14] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
+        (
+            "off_cpu_thread_older_than_the_watch",
+            off_cpu::check_off_cpu_thread_older_than_the_watch,
+        ),
         (
             "off_cpu_stacks_outlive_their_map",
             off_cpu::check_off_cpu_many_stacks,
@@ -216,13 +220,18 @@ fn load(report: &mut Report, pid: u32) -> (Option<Collector>, bool) {
     let started = Instant::now();
     match Collector::start(&config(pid, true)) {
         Ok(mut collector) => {
-            let watched = collector.watch_off_cpu(pid);
+            // As the pipeline does: watch, then mark the threads the
+            // process already has.
+            let watched = collector
+                .watch_off_cpu(pid)
+                .and_then(|()| collector.mark_watched_threads());
             report.record(
                 "load",
                 Ok(format!(
                     "every program loaded and attached in {:.2} s (sample_on_cpu on every CPU \
                      with hotspot_walk and hotspot_finish in its tail-call slots, \
-                     jvm_thread_name, task_rename, sched_switch, sched_process_exit)",
+                     jvm_thread_name, task_rename, sched_switch, sched_process_exit, \
+                     task_newtask; the mark_watched_threads iterator run)",
                     started.elapsed().as_secs_f64()
                 )),
             );

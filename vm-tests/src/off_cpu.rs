@@ -18,12 +18,32 @@ pub fn asleep_of(samples: &[RawSample], tid: u32) -> Vec<&RawSample> {
         .collect()
 }
 
-/// 20 x 50 ms in nanosleep: about 1 s off the CPU, state sleep.
+/// 20 x 50 ms in nanosleep: about 1 s off the CPU, state sleep, in a
+/// thread created since the process was watched (marked as it was
+/// created, by `task_newtask`).
 pub fn check_off_cpu(collector: &mut Collector, _pid: u32) -> Result<String, String> {
     drain(collector)?;
     let sleeper = Worker::spawn(|_| workload::sleep_in_nanosleep(20, Duration::from_millis(50)));
     let tid = sleeper.tid;
     sleeper.finish();
+    check_slept(collector, tid)
+}
+
+/// The same in this process's main thread, which was there before the
+/// process was watched (marked by the task iterator,
+/// `mark_watched_threads`).
+pub fn check_off_cpu_thread_older_than_the_watch(
+    collector: &mut Collector,
+    _pid: u32,
+) -> Result<String, String> {
+    drain(collector)?;
+    workload::sleep_in_nanosleep(20, Duration::from_millis(50));
+    check_slept(collector, workload::gettid())
+}
+
+/// Thread `tid` just slept 20 x 50 ms in nanosleep: about 1 s off the CPU
+/// in state sleep, with kernel and user stacks.
+fn check_slept(collector: &mut Collector, tid: u32) -> Result<String, String> {
     let mut samples = drain(collector)?.samples;
     samples.extend(drain(collector)?.samples);
     let ours: Vec<&RawSample> = samples.iter().filter(|s| s.tid == tid).collect();
