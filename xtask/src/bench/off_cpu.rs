@@ -56,6 +56,12 @@ pub const ROUND_TRIPS: u64 = 500_000;
 const KERNEL_ROUNDS: usize = 3;
 /// The off-CPU tracepoint program's name (`profiler_common::names`).
 const SCHED_SWITCH_PROGRAM: &str = "sched_switch";
+/// The program that marks each new thread of a watched process.
+const TASK_NEWTASK_PROGRAM: &str = "task_newtask";
+/// The task iterator that marks the threads a newly watched process has.
+const MARK_THREADS_PROGRAM: &str = "mark_watched_threads";
+/// The kernel keeps a program's name to this many bytes.
+const PROGRAM_NAME_LEN: usize = 15;
 /// sparkprof's sampling rate beside the Spark job (section 5's).
 const SPARK_HZ: u32 = 99;
 /// sparkprof's default `--min-block-us`, for the report.
@@ -150,6 +156,8 @@ pub struct OffCpuReport {
 pub struct SparkKernelCost {
     pub sched_switch: (u64, u64),
     pub perf_event: (u64, u64),
+    pub task_newtask: (u64, u64),
+    pub mark_threads: (u64, u64),
     /// The job's seconds (event log, first job submitted to last completed).
     pub job_s: f64,
     /// Wall seconds between the two readings of the programs' statistics.
@@ -267,17 +275,34 @@ impl Harness<'_> {
         let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;
         let recorder = SparkprofRun::start_host(self.sparkprof, self.dir)?;
         let pid = recorder.pid();
-        let before = (sched_switch_stats(pid)?, ProgStats::read(pid)?);
+        let tracing = [
+            SCHED_SWITCH_PROGRAM,
+            TASK_NEWTASK_PROGRAM,
+            MARK_THREADS_PROGRAM,
+        ];
+        let read = || -> Result<_> {
+            let mut programs = [(0, 0); 3];
+            for (stats, name) in programs.iter_mut().zip(tracing) {
+                *stats = program_stats(pid, name)?;
+            }
+            Ok((programs, ProgStats::read(pid)?))
+        };
+        let before = read()?;
         let started = Instant::now();
         let job_s = super::spark::run_one_job(cluster, group)?;
-        let after = (sched_switch_stats(pid)?, ProgStats::read(pid)?);
+        let after = read()?;
         let window_s = started.elapsed().as_secs_f64();
         let stats = recorder.stop()?;
+        let delta = |i: usize| {
+            (
+                after.0[i].0.saturating_sub(before.0[i].0),
+                after.0[i].1.saturating_sub(before.0[i].1),
+            )
+        };
         let cost = SparkKernelCost {
-            sched_switch: (
-                after.0.0.saturating_sub(before.0.0),
-                after.0.1.saturating_sub(before.0.1),
-            ),
+            sched_switch: delta(0),
+            task_newtask: delta(1),
+            mark_threads: delta(2),
             perf_event: (
                 after.1.run_time_ns.saturating_sub(before.1.run_time_ns),
                 after.1.run_cnt.saturating_sub(before.1.run_cnt),
@@ -315,10 +340,16 @@ impl Harness<'_> {
                     false => (Mode::OffCpuOthers, [std::process::id(); 2]),
                 };
                 let recorder = SparkprofRun::start(self.sparkprof, self.dir, mode, pids)?;
-                let before = (sched_switch_stats(recorder.pid())?, empty.stats()?);
+                let before = (
+                    program_stats(recorder.pid(), SCHED_SWITCH_PROGRAM)?,
+                    empty.stats()?,
+                );
                 pingpong.work.go()?;
                 let seconds = pingpong.work.finish()?;
-                let after = (sched_switch_stats(recorder.pid())?, empty.stats()?);
+                let after = (
+                    program_stats(recorder.pid(), SCHED_SWITCH_PROGRAM)?,
+                    empty.stats()?,
+                );
                 recorder.stop()?;
                 let result = KernelRound {
                     recorded,
@@ -436,20 +467,21 @@ impl SparkprofRun {
     }
 }
 
-/// `(run_time_ns, run_cnt)` of the `sched_switch` tracepoint program that
-/// process `pid` holds.
-fn sched_switch_stats(pid: i32) -> Result<(u64, u64)> {
+/// `(run_time_ns, run_cnt)` of the BPF program called `program` (one of
+/// sparkprof's tracing programs) that process `pid` holds.
+fn program_stats(pid: i32, program: &str) -> Result<(u64, u64)> {
+    let kept = &program[..program.len().min(PROGRAM_NAME_LEN)];
     for (path, info) in bpf_prog_fdinfos(pid)? {
         let field = |name: &str| fdinfo_field(&info, name);
         let Some(id) = field("prog_id") else {
             continue;
         };
-        if prog_name(id as u32)? != SCHED_SWITCH_PROGRAM {
+        if prog_name(id as u32)? != kept {
             continue;
         }
         return fdinfo_run_stats(&path, &info);
     }
-    bail!("process {pid} holds no {SCHED_SWITCH_PROGRAM} tracepoint program")
+    bail!("process {pid} holds no {program} program")
 }
 
 /// A BPF program that returns at once (`r0 = 0; exit`), attached to the
@@ -606,9 +638,12 @@ fn prog_name(id: u32) -> Result<String> {
 impl SparkKernelCost {
     fn markdown(&self) -> String {
         let row = |what: &str, (ns, count): (u64, u64), per: &str| {
+            let per_run = match count {
+                0 => "–".to_owned(),
+                _ => format!("{:.0}", ns as f64 / count as f64),
+            };
             format!(
-                "| {what} | {count} | {:.0} | {:.0} | {:.2} % | {per} |\n",
-                ns as f64 / count as f64,
+                "| {what} | {count} | {per_run} | {:.0} | {:.2} % | {per} |\n",
                 ns as f64 / 1e6,
                 100.0 * ns as f64 / 1e9 / self.window_s
             )
@@ -621,7 +656,7 @@ impl SparkKernelCost {
              sparkprof's programs (`/proc/PID/fdinfo`) just before the application was \
              submitted and just after it ended: {:.1} s, of which its jobs took {:.1} s (event \
              log). This time is charged to the processes the programs run in (the cluster's, \
-             mostly), not to sparkprof.\n\n\
+             mostly), not to sparkprof; the task iterator's, to sparkprof, which runs it.\n\n\
              | program | runs | ns per run | ms in the window | % of one core over the window | runs on |\n\
              |---|--:|--:|--:|--:|---|\n",
             self.window_s, self.job_s
@@ -630,6 +665,16 @@ impl SparkKernelCost {
             &format!("`{SCHED_SWITCH_PROGRAM}` tracepoint"),
             self.sched_switch,
             "every context switch of the host",
+        );
+        text += &row(
+            &format!("`{TASK_NEWTASK_PROGRAM}` tracepoint"),
+            self.task_newtask,
+            "every thread or process created on the host",
+        );
+        text += &row(
+            &format!("`{MARK_THREADS_PROGRAM}` task iterator"),
+            self.mark_threads,
+            "every thread of the host, once per drain that watched a new process",
         );
         text += &row(
             "perf_event programs (sampler and the walkers it tail-calls)",
@@ -780,8 +825,9 @@ impl OffCpuReport {
              last. Both are timed the same way, so their difference is what sparkprof's program \
              adds to a switch; the ping-pong's round trip is two switches, so 1 point of 6.1 is \
              1 % of a round trip over 2 per switch. The program runs on every context switch of \
-             the host; for a switch between other processes it reads the two processes' entries \
-             of the watched set and returns.\n\n\
+             the host; for a switch between two threads without BPF task storage (sparkprof \
+             marks every thread of a watched process with some) it reads that field of each \
+             task and returns.\n\n\
              | round | ping-pong | invocations | ns per invocation | empty program, ns per invocation | sparkprof over the empty program, ns per switch | the same, points of a round trip | invocations per round trip | in-kernel time per round trip, µs |\n\
              |---|---|--:|--:|--:|--:|--:|--:|--:|\n"
         );
@@ -886,6 +932,9 @@ mod tests {
                 // 100,000 switches of 4 µs and 5,000 samples of 12 µs over 40 s.
                 sched_switch: (400_000_000, 100_000),
                 perf_event: (60_000_000, 5_000),
+                // 2,000 threads created, 300 ns each; no iterator run.
+                task_newtask: (600_000, 2_000),
+                mark_threads: (0, 0),
                 job_s: 30.0,
                 window_s: 40.0,
                 stats: Stats {
@@ -938,6 +987,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("| 5000 | 12000 | 60 | 0.15 % |"), "{text}");
+        assert!(
+            text.contains("| `task_newtask` tracepoint | 2000 | 300 | 1 | 0.00 % |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| `mark_watched_threads` task iterator | 0 | – | 0 | 0.00 % |"),
+            "{text}"
+        );
         assert!(
             text.contains("walked a user stack at 16000 (20.0 %")
                 && text.contains("read a kernel stack for 20000 of the 60000 periods"),
