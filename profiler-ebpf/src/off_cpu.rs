@@ -33,10 +33,10 @@
 //! watched process is given BPF local storage (`OFFCPU_MARKED`), and a
 //! thread without any is not watched. A thread with some (ours, or another
 //! tool's) takes the full test: its ids, read straight from the typed
-//! pointers the tracepoint hands over (see `task`), not by helper calls. And the time
-//! of a switch is the run queue's clock, which `__schedule` has just
-//! updated: `bpf_ktime_get_ns` reads the clocksource, and on a virtual
-//! machine that cost 40 ns, more than the rest of a switch-out and a
+//! pointers the tracepoint hands over (see `task`), not by helper calls.
+//! And the time of a switch is the run queue's clock, which `__schedule`
+//! has just updated: `bpf_ktime_get_ns` reads the clocksource, and on a
+//! virtual machine that cost 40 ns, more than the rest of a switch-out and a
 //! switch-in of watched threads together.
 
 use aya_ebpf::{

@@ -203,22 +203,14 @@ impl OffCpuRecorder {
                 "{err}; off-CPU recording needs a kernel built with CONFIG_DEBUG_INFO_BTF"
             ))
         })?;
-        let exit: &mut BtfTracePoint = program(ebpf, names::PROGRAM_PROCESS_EXIT)?;
-        let exit_error = |err: ProgramError| {
-            CollectError::OffCpuUnavailable(format!(
-                "the sched_process_exit BTF tracepoint could not be attached: {err}"
-            ))
-        };
-        exit.load("sched_process_exit", btf).map_err(exit_error)?;
-        exit.attach().map_err(exit_error)?;
-        let newtask: &mut BtfTracePoint = program(ebpf, names::PROGRAM_TASK_NEWTASK)?;
-        let newtask_error = |err: ProgramError| {
-            CollectError::OffCpuUnavailable(format!(
-                "the task_newtask BTF tracepoint could not be attached: {err}"
-            ))
-        };
-        newtask.load("task_newtask", btf).map_err(newtask_error)?;
-        newtask.attach().map_err(newtask_error)?;
+        attach_tracepoint(
+            ebpf,
+            btf,
+            names::PROGRAM_PROCESS_EXIT,
+            "sched_process_exit",
+            "",
+        )?;
+        attach_tracepoint(ebpf, btf, names::PROGRAM_TASK_NEWTASK, "task_newtask", "")?;
         let mark: &mut Iter = program(ebpf, names::PROGRAM_MARK_WATCHED)?;
         mark.load("task", btf).map_err(|err| {
             CollectError::OffCpuUnavailable(format!(
@@ -226,15 +218,13 @@ impl OffCpuRecorder {
                  (task iterators and task storage need Linux 5.11 or newer)"
             ))
         })?;
-        let switch: &mut BtfTracePoint = program(ebpf, names::PROGRAM_SCHED_SWITCH)?;
-        let unavailable = |err: ProgramError| {
-            CollectError::OffCpuUnavailable(format!(
-                "the sched_switch BTF tracepoint could not be attached: {err} \
-                 (it needs Linux 5.18 or newer, for sched_switch's prev_state argument)"
-            ))
-        };
-        switch.load("sched_switch", btf).map_err(unavailable)?;
-        switch.attach().map_err(unavailable)?;
+        attach_tracepoint(
+            ebpf,
+            btf,
+            names::PROGRAM_SCHED_SWITCH,
+            "sched_switch",
+            " (it needs Linux 5.18 or newer, for sched_switch's prev_state argument)",
+        )?;
         Ok(Self {
             counts: [
                 take_map(ebpf, names::OFFCPU_COUNTS[0])?,
@@ -548,6 +538,26 @@ fn frames(ips: &[u64], capacity: usize, depth: usize) -> RawStack {
 }
 
 /// The program `name` of `ebpf`, as its type.
+/// Loads and attaches the BTF tracepoint program `name` to `event`; off-CPU
+/// recording is not possible without it (`why` says what it needs).
+fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+    event: &str,
+    why: &str,
+) -> Result<(), CollectError> {
+    let tracepoint: &mut BtfTracePoint = program(ebpf, name)?;
+    let unavailable = |err: ProgramError| {
+        CollectError::OffCpuUnavailable(format!(
+            "the {event} BTF tracepoint could not be attached: {err}{why}"
+        ))
+    };
+    tracepoint.load(event, btf).map_err(unavailable)?;
+    tracepoint.attach().map_err(unavailable)?;
+    Ok(())
+}
+
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, CollectError>
 where
     &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
