@@ -494,7 +494,9 @@ pub mod stat {
     /// Off-CPU periods lost because the off-CPU count map was full.
     pub const OFFCPU_COUNT_MAP_FULL: u32 = 10;
     /// Switch-outs not recorded because `OFFCPU_START` was full (more
-    /// threads of interest than it has entries).
+    /// threads of interest than it has entries); also threads of interest
+    /// that could not be given their `OFFCPU_MARKED` storage (none of their
+    /// switches is recorded).
     pub const OFFCPU_THREADS_FULL: u32 = 11;
     /// Off-CPU stacks lost because their ring (`OFFCPU_NEW_*_STACKS`) was
     /// full between two drains: the time still counts, under a

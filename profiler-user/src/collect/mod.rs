@@ -193,7 +193,8 @@ pub struct KernelStats {
     /// Off-CPU periods lost to a full count map.
     pub offcpu_dropped_count_map_full: u64,
     /// Switch-outs not recorded: more threads of interest than the
-    /// off-CPU thread table holds.
+    /// off-CPU thread table holds; also threads of interest that could not
+    /// be marked for off-CPU time (none of their switches is recorded).
     pub offcpu_threads_full: u64,
     /// Switch-outs whose user stack was walked; the others reused their
     /// site's last walk.

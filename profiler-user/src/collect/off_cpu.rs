@@ -537,7 +537,6 @@ fn frames(ips: &[u64], capacity: usize, depth: usize) -> RawStack {
     }
 }
 
-/// The program `name` of `ebpf`, as its type.
 /// Loads and attaches the BTF tracepoint program `name` to `event`; off-CPU
 /// recording is not possible without it (`why` says what it needs).
 fn attach_tracepoint(
@@ -558,6 +557,7 @@ fn attach_tracepoint(
     Ok(())
 }
 
+/// The program `name` of `ebpf`, as its type.
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, CollectError>
 where
     &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
