@@ -54,12 +54,12 @@ use super::{
 pub const ROUND_TRIPS: u64 = 500_000;
 /// Ping-pong runs under `--off-cpu` with BPF statistics on.
 const KERNEL_ROUNDS: usize = 3;
-/// The off-CPU tracepoint program's name (`profiler_common::names`).
-const SCHED_SWITCH_PROGRAM: &str = "sched_switch";
+/// The off-CPU tracepoint program.
+const SCHED_SWITCH_PROGRAM: &str = profiler_common::names::PROGRAM_SCHED_SWITCH;
 /// The program that marks each new thread of a watched process.
-const TASK_NEWTASK_PROGRAM: &str = "task_newtask";
+const TASK_NEWTASK_PROGRAM: &str = profiler_common::names::PROGRAM_TASK_NEWTASK;
 /// The task iterator that marks the threads a newly watched process has.
-const MARK_THREADS_PROGRAM: &str = "mark_watched_threads";
+const MARK_THREADS_PROGRAM: &str = profiler_common::names::PROGRAM_MARK_WATCHED;
 /// The kernel keeps a program's name to this many bytes.
 const PROGRAM_NAME_LEN: usize = 15;
 /// sparkprof's sampling rate beside the Spark job (section 5's).
