@@ -110,6 +110,54 @@ impl Memory {
     }
 }
 
+impl Memory {
+    /// Reads whole blocks of `len` bytes, one at each of `blocks` (at most
+    /// [`MAX_BLOCKS_PER_CALL`]), into consecutive `len`-byte pieces of
+    /// `buf`, in one system call. Returns how many blocks, from the first,
+    /// were read whole: the kernel stops at the first it cannot read.
+    fn read_blocks(
+        &self,
+        blocks: &[u64],
+        len: usize,
+        buf: &mut [u8],
+    ) -> Result<usize, MemoryError> {
+        debug_assert!(blocks.len() <= MAX_BLOCKS_PER_CALL && buf.len() == blocks.len() * len);
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote: Vec<libc::iovec> = blocks
+            .iter()
+            .map(|&block| libc::iovec {
+                iov_base: block as *mut libc::c_void,
+                iov_len: len,
+            })
+            .collect();
+        // SAFETY: `local` describes `buf`, valid and writable for its whole
+        // length for the duration of the call, which is the sum of the
+        // remote lengths; `remote` is only dereferenced by the kernel, in
+        // the target's address space.
+        let read = unsafe {
+            libc::process_vm_readv(
+                self.pid as libc::pid_t,
+                &local,
+                1,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if read < 0 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::ESRCH) {
+                return Err(MemoryError::Gone { pid: self.pid });
+            }
+            return Err(self.fault(blocks[0], len, error));
+        }
+        Ok(read as usize / len)
+    }
+}
+
 impl ReadMemory for Memory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         if buf.is_empty() {
@@ -164,6 +212,9 @@ const BLOCK: u64 = 1024;
 const MAX_CACHED_BLOCKS: usize = 1024;
 /// Reads longer than this go straight to the process.
 const MAX_CACHED_READ: usize = 2 * BLOCK as usize;
+/// Blocks one system call of [`CachedMemory::prefetch`] reads (the
+/// kernel's `UIO_MAXIOV`).
+const MAX_BLOCKS_PER_CALL: usize = 1024;
 
 /// A process's memory read a block at a time and kept until [`clear`](Self::clear):
 /// naming one drain's frames reads many small fields that lie close
@@ -208,6 +259,61 @@ impl CachedMemory {
         self.len() == 0
     }
 
+    /// Reads, in as few system calls as it takes, the blocks that hold
+    /// these `(address, length)` ranges and are not held yet, so that the
+    /// reads of them that follow are copies. Naming a drain's new methods
+    /// otherwise makes four or more dependent reads per method, each a
+    /// system call that checks its right to read the process again (a
+    /// Spark executor's first minute brings thousands of new methods).
+    /// Only blocks read whole are kept; one that cannot be read is left to
+    /// the read that wants it, which reports why. Ranges of garbage, or
+    /// too long to be cached, are left out.
+    pub fn prefetch(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
+        let mut wanted: Vec<u64> = Vec::new();
+        for (addr, len) in ranges {
+            if len == 0 || len > MAX_CACHED_READ || !Self::cacheable(addr, len) {
+                continue;
+            }
+            let last = (addr + len as u64 - 1) & !(BLOCK - 1);
+            let mut block = addr & !(BLOCK - 1);
+            while block <= last {
+                wanted.push(block);
+                block += BLOCK;
+            }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut pages = self.pages.borrow_mut();
+        wanted.retain(|block| !pages.contains_key(block));
+        // Never more than the cache holds: it would start over.
+        wanted.truncate(MAX_CACHED_BLOCKS.saturating_sub(pages.len()));
+        let block_len = BLOCK as usize;
+        let mut rest = &wanted[..];
+        while !rest.is_empty() {
+            let batch = &rest[..rest.len().min(MAX_BLOCKS_PER_CALL)];
+            let mut bytes = vec![0u8; batch.len() * block_len];
+            let read = match self.memory.read_blocks(batch, block_len, &mut bytes) {
+                Ok(read) => read,
+                Err(err) if err.is_process_gone() => return,
+                Err(_) => 0,
+            };
+            for (&block, piece) in batch.iter().zip(bytes.chunks_exact(block_len)).take(read) {
+                pages.insert(block, Some(piece.into()));
+            }
+            // The block after those read could not be: skip it.
+            rest = &rest[(read + 1).min(rest.len())..];
+        }
+    }
+
+    /// Whether a read of `len` bytes at `addr` can be of memory at all
+    /// (not address 0, not past user space).
+    fn cacheable(addr: u64, len: usize) -> bool {
+        addr != 0
+            && addr
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= 1 << 63)
+    }
+
     /// Copies `buf.len()` bytes at `addr`, all within the block at `page`,
     /// reading the block first if it is not held.
     fn copy_from_block(&self, page: u64, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
@@ -241,12 +347,7 @@ impl CachedMemory {
 
 impl ReadMemory for CachedMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        if buf.len() > MAX_CACHED_READ
-            || addr == 0
-            || addr
-                .checked_add(buf.len() as u64)
-                .is_none_or(|end| end > 1 << 63)
-        {
+        if buf.len() > MAX_CACHED_READ || !Self::cacheable(addr, buf.len()) {
             return self.memory.read(addr, buf);
         }
         let mut done = 0;
@@ -308,5 +409,55 @@ mod tests {
         assert!(cache.read_u64(u64::MAX - 3).is_err());
         assert_eq!(cache.read_vec(base, bytes.len()).unwrap(), bytes);
         std::hint::black_box(&bytes);
+    }
+
+    #[test]
+    fn prefetched_blocks_are_held_and_unreadable_ones_left_to_the_read() {
+        // Three pages of our own memory, the middle one made unreadable.
+        let page = 4096usize;
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let base = map as u64;
+        for (i, value) in [11u64, 22, 33].into_iter().enumerate() {
+            unsafe { *((base + (i * page) as u64) as *mut u64) = value };
+        }
+        assert_eq!(
+            unsafe { libc::mprotect((base + page as u64) as *mut _, page, libc::PROT_NONE) },
+            0
+        );
+        let cache = CachedMemory::new(Memory::new(std::process::id()));
+        // A read of the middle page comes between the two others: the
+        // first and the last are still held, with one system call each at
+        // most; garbage is left out.
+        cache.prefetch([
+            (base, 8),
+            (base + page as u64, 8),
+            (base + 2 * page as u64, 8),
+            (0, 8),
+            (u64::MAX - 3, 8),
+        ]);
+        assert_eq!(cache.len(), 2);
+        // What was held reads as the process has it, without a read of it:
+        // a change made now is not seen.
+        unsafe { *(base as *mut u64) = 44 };
+        assert_eq!(cache.read_u64(base).unwrap(), 11);
+        assert_eq!(cache.read_u64(base + 2 * page as u64).unwrap(), 33);
+        // The unreadable block fails when read, as without the prefetch.
+        assert!(cache.read_u64(base + page as u64).is_err());
+        // A range across two blocks brings both.
+        let mut across = CachedMemory::new(Memory::new(std::process::id()));
+        across.prefetch([(base + BLOCK - 4, 8)]);
+        assert_eq!(across.len(), 2);
+        across.clear();
+        unsafe { libc::munmap(map, 3 * page) };
     }
 }

@@ -22,7 +22,7 @@ use super::{
     thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
 };
 use crate::{
-    FastSet,
+    FastMap, FastSet,
     collect::{Collector, Drain, RawPythonStack},
     enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     runtime::Runtime,
@@ -281,6 +281,21 @@ impl RuntimeFrames for JvmRuntime {
         for walker in self.walkers.values_mut() {
             if let Walker::Walked(process) = walker {
                 process.new_drain();
+            }
+        }
+        // Each walked JVM's new methods read together, not one by one.
+        let mut frames: FastMap<u32, Vec<&HotspotFrame>> = FastMap::default();
+        for sample in samples {
+            if let Some(stack) = &sample.raw.hotspot {
+                frames
+                    .entry(sample.process.pid)
+                    .or_default()
+                    .extend(&stack.frames);
+            }
+        }
+        for (pid, frames) in frames {
+            if let Some(Walker::Walked(process)) = self.walkers.get(&pid) {
+                process.prefetch(frames);
             }
         }
         self.jit_addrs.clear();

@@ -5,7 +5,10 @@
 //! `Symbol`s (a length and UTF-8 bytes).
 
 use super::{HotspotError, layout::HotspotLayout};
-use crate::{FastMap, sys::memory::ReadMemory};
+use crate::{
+    FastMap,
+    sys::memory::{CachedMemory, ReadMemory},
+};
 
 /// Longest symbol read (HotSpot allows 65535; real names are far shorter).
 const MAX_SYMBOL: u64 = 4096;
@@ -60,10 +63,97 @@ pub fn method_name(
             class
         }
     };
-    let slot = pool + layout.constant_pool_size + 8 * u64::from(index);
+    let slot = name_slot(layout, pool, index);
     // A resolved UTF-8 entry holds its `Symbol*` (bit 0 is a tag).
     let method = symbol(memory, layout, memory.read_u64(slot)? & !1)?;
     Ok(MethodName { class, method })
+}
+
+/// Reads into `memory`, a level at a time, what [`method_name`] reads of
+/// each of `methods`: their `Method`s, then their `ConstMethod`s, then
+/// their constant-pool slots (and pool holders of classes not named yet),
+/// then the symbols. Each level is one system call for all the methods
+/// (the reads of a level depend on the one before), where naming them
+/// one by one makes four to seven each. What cannot be read here is read,
+/// and fails, as before, when the method is named.
+pub fn prefetch(
+    memory: &CachedMemory,
+    layout: &HotspotLayout,
+    classes: &ClassNames,
+    methods: &[u64],
+) {
+    let (fields_at, fields_len) = const_method_span(layout);
+    let symbol_head = |address: u64| symbol_head(layout, address);
+    memory.prefetch(
+        methods
+            .iter()
+            .map(|&m| (m.wrapping_add(layout.method_const_method), 8)),
+    );
+    let const_methods: Vec<u64> = methods
+        .iter()
+        .filter_map(|&m| {
+            memory
+                .read_u64(m.wrapping_add(layout.method_const_method))
+                .ok()
+        })
+        .collect();
+    memory.prefetch(
+        const_methods
+            .iter()
+            .map(|&c| (c.wrapping_add(fields_at), fields_len)),
+    );
+    let pools: Vec<(u64, u16)> = const_methods
+        .iter()
+        .filter_map(|&c| const_method_fields(memory, layout, c).ok())
+        .collect();
+    let new_class = |pool: &u64| !classes.contains_key(pool);
+    memory.prefetch(pools.iter().flat_map(|&(pool, index)| {
+        let holder =
+            new_class(&pool).then_some((pool.wrapping_add(layout.constant_pool_pool_holder), 8));
+        [Some((name_slot(layout, pool, index), 8)), holder]
+            .into_iter()
+            .flatten()
+    }));
+    let holders: Vec<u64> = pools
+        .iter()
+        .filter(|(pool, _)| new_class(pool))
+        .filter_map(|&(pool, _)| {
+            memory
+                .read_u64(pool.wrapping_add(layout.constant_pool_pool_holder))
+                .ok()
+        })
+        .collect();
+    let names = pools
+        .iter()
+        .filter_map(|&(pool, index)| memory.read_u64(name_slot(layout, pool, index)).ok())
+        .map(|slot| symbol_head(slot & !1));
+    let klass_names = holders
+        .iter()
+        .map(|&h| (h.wrapping_add(layout.klass_name), 8));
+    memory.prefetch(names.chain(klass_names).collect::<Vec<_>>());
+    memory.prefetch(
+        holders
+            .iter()
+            .filter_map(|&h| memory.read_u64(h.wrapping_add(layout.klass_name)).ok())
+            .map(symbol_head)
+            .collect::<Vec<_>>(),
+    );
+}
+
+/// Where the `Symbol*` of the name at constant-pool `index` is.
+fn name_slot(layout: &HotspotLayout, pool: u64, index: u16) -> u64 {
+    pool.wrapping_add(layout.constant_pool_size + 8 * u64::from(index))
+}
+
+/// The bytes of `ConstMethod` [`const_method_fields`] reads: offset, length.
+fn const_method_span(layout: &HotspotLayout) -> (u64, usize) {
+    let (constants, name_index) = (
+        layout.const_method_constants,
+        layout.const_method_name_index,
+    );
+    let start = constants.min(name_index);
+    let end = (constants + 8).max(name_index + 2);
+    (start, (end - start) as usize)
 }
 
 /// `ConstMethod::_constants` and `_name_index`, in one read of the bytes
@@ -77,9 +167,8 @@ fn const_method_fields(
         layout.const_method_constants,
         layout.const_method_name_index,
     );
-    let start = constants.min(name_index);
-    let end = (constants + 8).max(name_index + 2);
-    let block = memory.read_vec(const_method + start, (end - start) as usize)?;
+    let (start, len) = const_method_span(layout);
+    let block = memory.read_vec(const_method + start, len)?;
     let at = |offset: u64| (offset - start) as usize;
     let pool = u64::from_le_bytes(block[at(constants)..at(constants) + 8].try_into().unwrap());
     let index = u16::from_le_bytes(
@@ -93,18 +182,26 @@ fn const_method_fields(
 /// Bytes of a symbol read with its length (most names are shorter).
 const SYMBOL_FIRST_READ: u64 = 96;
 
+/// What [`symbol`] reads first of the symbol at `address`: its length and
+/// first bytes, never past the page it starts on (the next may not be
+/// mapped).
+fn symbol_head(layout: &HotspotLayout, address: u64) -> (u64, usize) {
+    let (length_at, body_at) = (layout.symbol_length, layout.symbol_body);
+    let first = address.wrapping_add(length_at.min(body_at));
+    let to_page_end = 0x1000 - (first & 0xfff);
+    let wanted = (body_at + SYMBOL_FIRST_READ).saturating_sub(length_at.min(body_at));
+    (first, wanted.min(to_page_end) as usize)
+}
+
 fn symbol(
     memory: &impl ReadMemory,
     layout: &HotspotLayout,
     address: u64,
 ) -> Result<String, HotspotError> {
     let (length_at, body_at) = (layout.symbol_length, layout.symbol_body);
-    // The length and the first bytes in one read, never past the page the
-    // symbol starts on (the next may not be mapped); the rest if longer.
-    let first = address + length_at.min(body_at);
-    let to_page_end = 0x1000 - (first & 0xfff);
-    let wanted = (body_at + SYMBOL_FIRST_READ).saturating_sub(length_at.min(body_at));
-    let head = memory.read_vec(first, wanted.min(to_page_end) as usize)?;
+    // The length and the first bytes in one read; the rest if longer.
+    let (first, len) = symbol_head(layout, address);
+    let head = memory.read_vec(first, len)?;
     let at = |offset: u64| (address + offset - first) as usize;
     let length = match head.get(at(length_at)..at(length_at) + 2) {
         Some(bytes) => u64::from(u16::from_le_bytes(bytes.try_into().unwrap())),

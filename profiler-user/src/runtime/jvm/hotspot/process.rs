@@ -25,7 +25,7 @@ use super::{
     layout::{CodeBegin, HotspotLayout},
     libjvm,
     lines::LineLayout,
-    names::{ClassNames, method_name},
+    names::{self, ClassNames, method_name},
     threads::{self, JavaThreads, ThreadLayout},
     vmstructs::VmStructs,
 };
@@ -389,6 +389,23 @@ impl HotspotProcess {
             },
             true,
         )
+    }
+
+    /// Reads at once what naming these frames' methods not named yet
+    /// will read (see [`names::prefetch`]): a drain's interpreted frames,
+    /// before they are named one by one.
+    pub fn prefetch<'a>(&self, frames: impl IntoIterator<Item = &'a HotspotFrame>) {
+        let mut methods: Vec<u64> = frames
+            .into_iter()
+            .filter(|frame| frame.kind == hotspot_frame::INTERPRETED)
+            .map(|frame| frame.address)
+            .filter(|method| !self.methods.contains_key(method))
+            .collect();
+        methods.sort_unstable();
+        methods.dedup();
+        if !methods.is_empty() {
+            names::prefetch(&self.memory, &self.layout, &self.classes, &methods);
+        }
     }
 
     fn method(&mut self, method: u64) -> Option<Arc<str>> {
