@@ -507,7 +507,7 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                 if last_flush.elapsed() >= options.flush_interval {
                     last_flush = Instant::now();
                     let header = session.header();
-                    if let Err(err) = session.pipeline.writer.flush(&header) {
+                    if let Err(err) = session.pipeline.writer.checkpoint(&header) {
                         warn!("periodic flush failed, will retry: {err}");
                     }
                 }
