@@ -84,6 +84,16 @@ pub trait ReadMemory {
     }
 }
 
+/// Whether `len` bytes at `addr` can be memory of a process at all:
+/// address 0 is never mapped, and user space ends below 2^63 on every
+/// 64-bit Linux.
+fn in_user_space(addr: u64, len: usize) -> bool {
+    addr != 0
+        && addr
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= 1 << 63)
+}
+
 /// Reads another process's memory with `process_vm_readv` (one system call
 /// per read, no stop of the target).
 #[derive(Debug, Clone, Copy)]
@@ -108,9 +118,17 @@ impl Memory {
             source,
         }
     }
-}
 
-impl Memory {
+    /// The error of a `process_vm_readv` that returned -1, from `errno`:
+    /// the process is gone, or the read at `addr` failed.
+    fn failed(&self, addr: u64, len: usize) -> MemoryError {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::ESRCH) {
+            return MemoryError::Gone { pid: self.pid };
+        }
+        self.fault(addr, len, error)
+    }
+
     /// Reads whole blocks of `len` bytes, one at each of `blocks` (at most
     /// [`MAX_BLOCKS_PER_CALL`]), into consecutive `len`-byte pieces of
     /// `buf`, in one system call. Returns how many blocks, from the first,
@@ -148,11 +166,7 @@ impl Memory {
             )
         };
         if read < 0 {
-            let error = io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::ESRCH) {
-                return Err(MemoryError::Gone { pid: self.pid });
-            }
-            return Err(self.fault(blocks[0], len, error));
+            return Err(self.failed(blocks[0], len));
         }
         Ok(read as usize / len)
     }
@@ -164,9 +178,8 @@ impl ReadMemory for Memory {
             return Ok(());
         }
         let len = buf.len();
-        // Address 0 is never mapped, and user space ends below 2^63 on
-        // every 64-bit Linux: reject garbage without a system call.
-        if addr == 0 || addr.checked_add(len as u64).is_none_or(|end| end > 1 << 63) {
+        // Reject garbage without a system call.
+        if !in_user_space(addr, len) {
             return Err(self.fault(addr, len, io::Error::from_raw_os_error(libc::EFAULT)));
         }
         let local = libc::iovec {
@@ -183,11 +196,7 @@ impl ReadMemory for Memory {
         let read =
             unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
         if read < 0 {
-            let error = io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::ESRCH) {
-                return Err(MemoryError::Gone { pid: self.pid });
-            }
-            return Err(self.fault(addr, len, error));
+            return Err(self.failed(addr, len));
         }
         if read as usize != len {
             return Err(self.fault(
@@ -271,7 +280,7 @@ impl CachedMemory {
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
         let mut wanted: Vec<u64> = Vec::new();
         for (addr, len) in ranges {
-            if len == 0 || len > MAX_CACHED_READ || !Self::cacheable(addr, len) {
+            if len == 0 || len > MAX_CACHED_READ || !in_user_space(addr, len) {
                 continue;
             }
             let last = (addr + len as u64 - 1) & !(BLOCK - 1);
@@ -303,15 +312,6 @@ impl CachedMemory {
             // The block after those read could not be: skip it.
             rest = &rest[(read + 1).min(rest.len())..];
         }
-    }
-
-    /// Whether a read of `len` bytes at `addr` can be of memory at all
-    /// (not address 0, not past user space).
-    fn cacheable(addr: u64, len: usize) -> bool {
-        addr != 0
-            && addr
-                .checked_add(len as u64)
-                .is_some_and(|end| end <= 1 << 63)
     }
 
     /// Copies `buf.len()` bytes at `addr`, all within the block at `page`,
@@ -347,7 +347,7 @@ impl CachedMemory {
 
 impl ReadMemory for CachedMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        if buf.len() > MAX_CACHED_READ || !Self::cacheable(addr, buf.len()) {
+        if buf.len() > MAX_CACHED_READ || !in_user_space(addr, buf.len()) {
             return self.memory.read(addr, buf);
         }
         let mut done = 0;
