@@ -219,6 +219,8 @@ impl ReadMemory for Memory {
 const BLOCK: u64 = 1024;
 /// Blocks a [`CachedMemory`] keeps before it starts over (1 MiB).
 const MAX_CACHED_BLOCKS: usize = 1024;
+/// The most a [`CachedMemory`]'s blocks take.
+const MAX_CACHED_BYTES: usize = MAX_CACHED_BLOCKS * BLOCK as usize;
 /// Reads longer than this go straight to the process.
 const MAX_CACHED_READ: usize = 2 * BLOCK as usize;
 /// Blocks one system call of [`CachedMemory::prefetch`] reads (the
@@ -268,7 +270,14 @@ impl Blocks {
     /// Room for `count` more blocks at the end of `bytes`: where it starts.
     fn grow(&mut self, count: usize) -> usize {
         let start = self.bytes.len();
-        self.bytes.resize(start + count * BLOCK as usize, 0);
+        let end = start + count * BLOCK as usize;
+        if end > self.bytes.capacity() {
+            // Doubling, as a `Vec` grows, but never past what the cache
+            // holds: a JVM's buffer stays within 1 MiB.
+            let room = (2 * self.bytes.capacity()).clamp(end, MAX_CACHED_BYTES.max(end));
+            self.bytes.reserve_exact(room - start);
+        }
+        self.bytes.resize(end, 0);
         start
     }
 }
@@ -482,7 +491,25 @@ mod tests {
         // A drain that used little gives most of it back.
         cache.clear();
         assert!(cache.pages.borrow().bytes.capacity() <= 4 * 16 * BLOCK as usize);
-        std::hint::black_box(&bytes);
+        // However many blocks are wanted, the buffer stays within what the
+        // cache holds.
+        let more = vec![9u8; (MAX_CACHED_BLOCKS + 200) * BLOCK as usize];
+        let more_base = more.as_ptr() as u64;
+        for _ in 0..2 {
+            cache.prefetch(
+                (0..more.len() as u64)
+                    .step_by(BLOCK as usize)
+                    .map(|offset| (more_base + offset, 8)),
+            );
+            assert_eq!(cache.len(), MAX_CACHED_BLOCKS);
+            assert!(cache.pages.borrow().bytes.capacity() <= MAX_CACHED_BYTES);
+            assert_eq!(
+                cache.read_u64(more_base + 8).unwrap(),
+                0x0909_0909_0909_0909
+            );
+            cache.clear();
+        }
+        std::hint::black_box((&bytes, &more));
     }
 
     #[test]
