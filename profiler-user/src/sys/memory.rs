@@ -372,19 +372,17 @@ impl CachedMemory {
                 pages.clear();
             }
             let start = pages.grow(1);
-            let held = match self
+            let read = self
                 .memory
-                .read(page, &mut pages.bytes[start..start + BLOCK as usize])
-            {
+                .read(page, &mut pages.bytes[start..start + BLOCK as usize]);
+            if read.is_err() {
+                // Room only for blocks held.
+                pages.bytes.truncate(start);
+            }
+            let held = match read {
                 Ok(()) => Some(start),
-                Err(err) if err.is_process_gone() => {
-                    pages.bytes.truncate(start);
-                    return Err(err);
-                }
-                Err(_) => {
-                    pages.bytes.truncate(start);
-                    None
-                }
+                Err(err) if err.is_process_gone() => return Err(err),
+                Err(_) => None,
             };
             pages.at.insert(page, held);
         }
@@ -474,11 +472,11 @@ mod tests {
         let bytes = vec![7u8; 256 * BLOCK as usize];
         let base = bytes.as_ptr() as u64;
         let mut cache = CachedMemory::new(Memory::new(std::process::id()));
-        cache.prefetch([(base, bytes.len())].into_iter().flat_map(|(at, len)| {
-            (0..len as u64)
+        cache.prefetch(
+            (0..bytes.len() as u64)
                 .step_by(BLOCK as usize)
-                .map(move |o| (at + o, 8))
-        }));
+                .map(|offset| (base + offset, 8)),
+        );
         let held = cache.len();
         assert!(held >= 255, "{held} blocks held");
         let room = cache.pages.borrow().bytes.capacity();
