@@ -284,17 +284,17 @@ impl RuntimeFrames for JvmRuntime {
             }
         }
         // Each walked JVM's new methods read together, not one by one.
-        let mut frames: FastMap<u32, Vec<&HotspotFrame>> = FastMap::default();
+        let mut frames: FastMap<u32, Vec<(&HotspotFrame, bool)>> = FastMap::default();
         for sample in samples {
             if let Some(stack) = &sample.raw.hotspot {
                 frames
                     .entry(sample.process.pid)
                     .or_default()
-                    .extend(&stack.frames);
+                    .extend(stack.frames.iter().enumerate().map(|(at, f)| (f, at == 0)));
             }
         }
         for (pid, frames) in frames {
-            if let Some(Walker::Walked(process)) = self.walkers.get(&pid) {
+            if let Some(Walker::Walked(process)) = self.walkers.get_mut(&pid) {
                 process.prefetch(frames);
             }
         }

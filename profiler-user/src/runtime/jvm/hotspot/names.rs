@@ -5,10 +5,7 @@
 //! `Symbol`s (a length and UTF-8 bytes).
 
 use super::{HotspotError, layout::HotspotLayout};
-use crate::{
-    FastMap,
-    sys::memory::{CachedMemory, ReadMemory},
-};
+use crate::{FastMap, sys::memory::ReadMemory};
 
 /// Longest symbol read (HotSpot allows 65535; real names are far shorter).
 const MAX_SYMBOL: u64 = 4096;
@@ -67,77 +64,6 @@ pub fn method_name(
     // A resolved UTF-8 entry holds its `Symbol*` (bit 0 is a tag).
     let method = symbol(memory, layout, memory.read_u64(slot)? & !1)?;
     Ok(MethodName { class, method })
-}
-
-/// Reads into `memory`, a level at a time, what [`method_name`] reads of
-/// each of `methods`: their `Method`s, then their `ConstMethod`s, then
-/// their constant-pool slots (and pool holders of classes not named yet),
-/// then the symbols. Each level is one system call for all the methods
-/// (the reads of a level depend on the one before), where naming them
-/// one by one makes four to seven each. What cannot be read here is read,
-/// and fails, as before, when the method is named.
-pub fn prefetch(
-    memory: &CachedMemory,
-    layout: &HotspotLayout,
-    classes: &ClassNames,
-    methods: &[u64],
-) {
-    let (fields_at, fields_len) = const_method_span(layout);
-    let symbol_head = |address: u64| symbol_head(layout, address);
-    memory.prefetch(
-        methods
-            .iter()
-            .map(|&m| (m.wrapping_add(layout.method_const_method), 8)),
-    );
-    let const_methods: Vec<u64> = methods
-        .iter()
-        .filter_map(|&m| {
-            memory
-                .read_u64(m.wrapping_add(layout.method_const_method))
-                .ok()
-        })
-        .collect();
-    memory.prefetch(
-        const_methods
-            .iter()
-            .map(|&c| (c.wrapping_add(fields_at), fields_len)),
-    );
-    let pools: Vec<(u64, u16)> = const_methods
-        .iter()
-        .filter_map(|&c| const_method_fields(memory, layout, c).ok())
-        .collect();
-    let new_class = |pool: &u64| !classes.contains_key(pool);
-    memory.prefetch(pools.iter().flat_map(|&(pool, index)| {
-        let holder =
-            new_class(&pool).then_some((pool.wrapping_add(layout.constant_pool_pool_holder), 8));
-        [Some((name_slot(layout, pool, index), 8)), holder]
-            .into_iter()
-            .flatten()
-    }));
-    let holders: Vec<u64> = pools
-        .iter()
-        .filter(|(pool, _)| new_class(pool))
-        .filter_map(|&(pool, _)| {
-            memory
-                .read_u64(pool.wrapping_add(layout.constant_pool_pool_holder))
-                .ok()
-        })
-        .collect();
-    let names = pools
-        .iter()
-        .filter_map(|&(pool, index)| memory.read_u64(name_slot(layout, pool, index)).ok())
-        .map(|slot| symbol_head(slot & !1));
-    let klass_names = holders
-        .iter()
-        .map(|&h| (h.wrapping_add(layout.klass_name), 8));
-    memory.prefetch(names.chain(klass_names).collect::<Vec<_>>());
-    memory.prefetch(
-        holders
-            .iter()
-            .filter_map(|&h| memory.read_u64(h.wrapping_add(layout.klass_name)).ok())
-            .map(symbol_head)
-            .collect::<Vec<_>>(),
-    );
 }
 
 /// Where the `Symbol*` of the name at constant-pool `index` is.

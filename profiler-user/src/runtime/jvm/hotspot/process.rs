@@ -25,14 +25,14 @@ use super::{
     layout::{CodeBegin, HotspotLayout},
     libjvm,
     lines::LineLayout,
-    names::{self, ClassNames, method_name},
+    names::{ClassNames, method_name},
     threads::{self, JavaThreads, ThreadLayout},
     vmstructs::VmStructs,
 };
 use crate::{
     FastMap,
     sys::{
-        memory::{CachedMemory, Memory, ReadMemory},
+        memory::{CachedMemory, HeldOnly, Memory, ReadMemory},
         proc,
     },
 };
@@ -391,20 +391,98 @@ impl HotspotProcess {
         )
     }
 
-    /// Reads at once what naming these frames' methods not named yet
-    /// will read (see [`names::prefetch`]): a drain's interpreted frames,
-    /// before they are named one by one.
-    pub fn prefetch<'a>(&self, frames: impl IntoIterator<Item = &'a HotspotFrame>) {
-        let mut methods: Vec<u64> = frames
+    /// Reads, a level at a time for all of them, what naming these frames
+    /// (`leaf`: the first of its stack) will read that is not named yet:
+    /// see [`CachedMemory::prefetch_rounds`]. A Spark executor's first
+    /// minute brings thousands of new methods, and naming them one by one
+    /// made a system call for every block of every dependent read.
+    pub fn prefetch<'a>(&mut self, frames: impl IntoIterator<Item = (&'a HotspotFrame, bool)>) {
+        let mut pending: Vec<(u64, u32, u32, bool)> = frames
             .into_iter()
-            .filter(|frame| frame.kind == hotspot_frame::INTERPRETED)
-            .map(|frame| frame.address)
-            .filter(|method| !self.methods.contains_key(method))
+            .filter(|&(frame, leaf)| !self.is_named(frame, leaf))
+            .map(|(frame, leaf)| (frame.address, frame.kind, frame.data, leaf))
             .collect();
-        methods.sort_unstable();
-        methods.dedup();
-        if !methods.is_empty() {
-            names::prefetch(&self.memory, &self.layout, &self.classes, &methods);
+        pending.sort_unstable();
+        pending.dedup();
+        if pending.is_empty() {
+            return;
+        }
+        let Self {
+            memory,
+            layout,
+            cache,
+            inlining,
+            methods,
+            classes,
+            compiled_code,
+            ..
+        } = self;
+        let mut name = |memory: &HeldOnly<'_>, method: u64| {
+            if !methods.contains_key(&method) {
+                // Only its reads matter here: it is named for real after.
+                let _ = method_name(memory, layout, classes, method);
+            }
+        };
+        memory.prefetch_rounds(pending, |memory, &(pc, kind, compile_id, leaf)| {
+            if kind == hotspot_frame::INTERPRETED {
+                return name(memory, pc);
+            }
+            let read;
+            let (method, debug, code_begin, chains) =
+                match known_compiled(compiled_code, pc, compile_id) {
+                    Some(code) => (
+                        code.blob.method,
+                        code.debug.as_ref(),
+                        code.blob.code_begin,
+                        Some(&code.chains),
+                    ),
+                    None => {
+                        let Some((blob, _)) = cache.blob_and_end_at(memory, layout, pc) else {
+                            return;
+                        };
+                        let compiled =
+                            matches!(blob.kind, BlobKind::Nmethod | BlobKind::NativeNmethod);
+                        if !compiled || blob.compile_id != compile_id {
+                            return;
+                        }
+                        read = inlining
+                            .as_ref()
+                            .ok()
+                            .and_then(|inlining| inlining.debug_info(memory, blob.address));
+                        (blob.method, read.as_ref(), blob.code_begin, None)
+                    }
+                };
+            let decode = debug
+                .and_then(|debug| debug.decode_offset(pc.wrapping_sub(code_begin) as i64, leaf));
+            if let (Some(decode), Some(chains)) = (decode, chains)
+                && chains.contains_key(&decode)
+            {
+                return;
+            }
+            name(memory, method);
+            if let (Some(decode), Some(debug), Ok(inlining)) = (decode, debug, &*inlining) {
+                for method in inlining
+                    .scope_methods(memory, debug, decode)
+                    .unwrap_or_default()
+                {
+                    name(memory, method);
+                }
+            }
+        });
+    }
+
+    /// Whether this frame's name is known without reading the JVM (as
+    /// [`Self::name`] looks it up).
+    fn is_named(&self, frame: &HotspotFrame, leaf: bool) -> bool {
+        match frame.kind {
+            hotspot_frame::INTERPRETED => self.methods.contains_key(&frame.address),
+            hotspot_frame::COMPILED | hotspot_frame::STUB => {
+                let wanted = blob_id(frame.kind, frame.data);
+                self.code
+                    .get(&(frame.address, leaf))
+                    .is_some_and(|(id, _)| *id == wanted)
+            }
+            _ => true,
         }
     }
 
@@ -430,11 +508,7 @@ impl HotspotProcess {
         compile_id: u32,
         leaf: bool,
     ) -> Option<Arc<[JavaMethod]>> {
-        let wanted = if kind == hotspot_frame::COMPILED {
-            compile_id
-        } else {
-            0
-        };
+        let wanted = blob_id(kind, compile_id);
         if let Some((id, methods)) = self.code.get(&(pc, leaf))
             && *id == wanted
         {
@@ -474,8 +548,7 @@ impl HotspotProcess {
     /// The address of a kept compiled method that holds `pc` with this
     /// compile id.
     fn known_compiled(&self, pc: u64, compile_id: u32) -> Option<u64> {
-        let (&address, code) = self.compiled_code.range(..=pc).next_back()?;
-        (pc < code.end && code.blob.compile_id == compile_id).then_some(address)
+        known_compiled(&self.compiled_code, pc, compile_id).map(|code| code.blob.address)
     }
 
     /// Keeps a compiled method's blob and debug info; returns its address.
@@ -565,6 +638,26 @@ impl HotspotProcess {
         }
         Some(methods)
     }
+}
+
+/// The compile id of the blob a frame's cached name was read from: the
+/// kernel's for compiled code, 0 for a stub.
+fn blob_id(kind: u32, compile_id: u32) -> u32 {
+    if kind == hotspot_frame::COMPILED {
+        compile_id
+    } else {
+        0
+    }
+}
+
+/// The kept compiled method that holds `pc` with this compile id.
+fn known_compiled(
+    compiled: &BTreeMap<u64, CompiledCode>,
+    pc: u64,
+    compile_id: u32,
+) -> Option<&CompiledCode> {
+    let (_, code) = compiled.range(..=pc).next_back()?;
+    (pc < code.end && code.blob.compile_id == compile_id).then_some(code)
 }
 
 /// An offset the kernel keeps in 32 bits, into a struct smaller than a page.
