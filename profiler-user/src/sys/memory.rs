@@ -172,6 +172,41 @@ impl Memory {
     }
 }
 
+impl Memory {
+    /// `len` bytes at each of `addrs`, in as few system calls as it takes
+    /// (a drain checks every Python code object it names: one read each
+    /// made a system call each). `None` for one that could not be read
+    /// whole; the others are read all the same.
+    pub fn read_each(&self, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; addrs.len()];
+        if len == 0 {
+            return out;
+        }
+        let readable: Vec<usize> = (0..addrs.len())
+            .filter(|&at| in_user_space(addrs[at], len))
+            .collect();
+        let mut rest = &readable[..];
+        let mut buf = Vec::new();
+        while !rest.is_empty() {
+            let batch = &rest[..rest.len().min(MAX_BLOCKS_PER_CALL)];
+            let wanted: Vec<u64> = batch.iter().map(|&at| addrs[at]).collect();
+            buf.resize(batch.len() * len, 0);
+            let read = match self.read_blocks(&wanted, len, &mut buf) {
+                Ok(read) => read,
+                Err(err) if err.is_process_gone() => return out,
+                Err(_) => 0,
+            };
+            for (index, &at) in batch.iter().enumerate().take(read) {
+                out[at] = Some(buf[index * len..(index + 1) * len].to_vec());
+            }
+            // A batch read short stopped at one that could not be read.
+            let skip = usize::from(read < batch.len());
+            rest = &rest[(read + skip).min(rest.len())..];
+        }
+        out
+    }
+}
+
 impl ReadMemory for Memory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         if buf.is_empty() {
@@ -512,6 +547,31 @@ impl ReadMemory for CachedMemory {
 mod tests {
     use super::*;
 
+    const PAGE: usize = 4096;
+
+    /// Three pages of our own memory holding 11, 22 and 33 at their
+    /// starts, page `unreadable` made so: their address.
+    fn three_pages(unreadable: usize) -> u64 {
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let base = map as u64;
+        for (i, value) in [11u64, 22, 33].into_iter().enumerate() {
+            unsafe { *((base + (i * PAGE) as u64) as *mut u64) = value };
+        }
+        let at = (base + (unreadable * PAGE) as u64) as *mut libc::c_void;
+        assert_eq!(unsafe { libc::mprotect(at, PAGE, libc::PROT_NONE) }, 0);
+        base
+    }
+
     #[test]
     fn garbage_memory_reads_fail() {
         let memory = Memory::new(std::process::id());
@@ -603,26 +663,7 @@ mod tests {
     #[test]
     fn prefetched_blocks_are_held_and_unreadable_ones_left_to_the_read() {
         // Three pages of our own memory, the middle one made unreadable.
-        let page = 4096usize;
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                3 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED);
-        let base = map as u64;
-        for (i, value) in [11u64, 22, 33].into_iter().enumerate() {
-            unsafe { *((base + (i * page) as u64) as *mut u64) = value };
-        }
-        assert_eq!(
-            unsafe { libc::mprotect((base + page as u64) as *mut _, page, libc::PROT_NONE) },
-            0
-        );
+        let (page, base) = (PAGE, three_pages(1));
         let cache = CachedMemory::new(Memory::new(std::process::id()));
         // A read of the middle page comes between the two others: the
         // first and the last are still held, with one system call each at
@@ -647,26 +688,14 @@ mod tests {
         across.prefetch([(base + BLOCK - 4, 8)]);
         assert_eq!(across.len(), 2);
         across.clear();
-        unsafe { libc::munmap(map, 3 * page) };
+        unsafe { libc::munmap(base as *mut _, 3 * page) };
     }
 
     #[test]
     fn prefetch_rounds_hold_every_level_of_a_chain_of_reads() {
         // Two chains of pointers, each node in a block of its own, the
         // second ending in a page that cannot be read.
-        let page = 4096usize;
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                3 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED);
-        let base = map as u64;
+        let (page, base) = (PAGE, three_pages(2));
         let node = |i: u64| base + i * BLOCK;
         let set = |at: u64, value: u64| unsafe { *(at as *mut u64) = value };
         // 0 → 1 → 2 → 3 → end; 4 → 5 → the unreadable page.
@@ -676,10 +705,6 @@ mod tests {
         }
         set(node(4), node(5));
         set(node(5), unreadable);
-        assert_eq!(
-            unsafe { libc::mprotect(unreadable as *mut _, page, libc::PROT_NONE) },
-            0
-        );
         let cache = CachedMemory::new(Memory::new(std::process::id()));
         let walk = |memory: &dyn ReadMemory, head: u64| {
             let mut seen = vec![head];
@@ -710,6 +735,32 @@ mod tests {
         }
         assert_eq!(walk(&cache, node(0)), [node(0), node(1), node(2), node(3)]);
         assert_eq!(walk(&cache, node(4)), [node(4), node(5), unreadable]);
-        unsafe { libc::munmap(map, 3 * page) };
+        unsafe { libc::munmap(base as *mut _, 3 * page) };
+    }
+
+    #[test]
+    fn read_each_reads_what_it_can_around_what_it_cannot() {
+        let (page, base) = (PAGE, three_pages(1));
+        let memory = Memory::new(std::process::id());
+        let value = |bytes: &Option<Vec<u8>>| {
+            bytes
+                .as_ref()
+                .map(|b| u64::from_le_bytes(b[..].try_into().unwrap()))
+        };
+        // Garbage and an unreadable page between readable ones.
+        let read = memory.read_each(
+            &[base, 0, base + page as u64, base + 2 * page as u64, base],
+            8,
+        );
+        let values: Vec<Option<u64>> = read.iter().map(value).collect();
+        assert_eq!(values, [Some(11), None, None, Some(33), Some(11)]);
+        // More than one system call holds.
+        let many: Vec<u64> = (0..2500)
+            .map(|i| base + 2 * page as u64 + (i % 8) * 8)
+            .collect();
+        let read = memory.read_each(&many, 8);
+        assert!(read.iter().all(|bytes| bytes.is_some()));
+        assert_eq!(value(&read[2048]), Some(33));
+        unsafe { libc::munmap(base as *mut _, 3 * page) };
     }
 }

@@ -169,10 +169,25 @@ impl Runtime for PythonRuntime {
 }
 
 impl RuntimeFrames for PythonRuntime {
-    fn new_drain(&mut self, _: &[EnrichedSample]) {
+    fn new_drain(&mut self, samples: &[EnrichedSample]) {
         self.trampoline_names.clear();
         for python in self.followed.values_mut() {
             python.new_drain();
+        }
+        // Each process's code objects checked together, not one by one.
+        let mut codes: crate::FastMap<u32, Vec<u64>> = Default::default();
+        for sample in samples {
+            if let Some(stack) = &sample.raw.python {
+                codes
+                    .entry(sample.process.pid)
+                    .or_default()
+                    .extend(stack.frames.iter().map(|frame| frame.code));
+            }
+        }
+        for (pid, codes) in codes {
+            if let Some(python) = self.followed.get_mut(&pid) {
+                python.prefetch_headers(codes);
+            }
         }
     }
 

@@ -29,6 +29,9 @@ pub struct TypeAddresses {
     pub bytes: Option<u64>,
 }
 
+/// What a code object is called in errors.
+const CODE: &str = "code object";
+
 /// Reads CPython objects of one version from one process.
 #[derive(Debug, Clone, Copy)]
 pub struct ObjectReader {
@@ -155,16 +158,27 @@ impl ObjectReader {
 
     /// The fixed part of a code object: checks that `addr` holds one.
     pub fn read_code_header(&self, addr: u64) -> Result<CodeHeader, PythonError> {
-        const WHAT: &str = "code object";
-        let o = self.offsets;
-        if addr == 0 || !addr.is_multiple_of(8) {
-            return Err(self.bad(WHAT, addr, "not an object address"));
+        if !Self::object_address(addr) {
+            return Err(self.bad(CODE, addr, "not an object address"));
         }
-        let block = self.memory.read_vec(addr, o.code_read_len())?;
-        self.check_type(WHAT, addr, &block, self.types.code)?;
-        let pointer = |offset: u32| field_u64(&block, offset).unwrap_or(0);
+        let block = self.memory.read_vec(addr, self.offsets.code_read_len())?;
+        self.code_header(addr, &block)
+    }
+
+    /// Whether `addr` can be an object's (non-null, aligned).
+    pub fn object_address(addr: u64) -> bool {
+        addr != 0 && addr.is_multiple_of(8)
+    }
+
+    /// The fixed part of the code object at `addr` from its bytes (as
+    /// many as [`StructOffsets::code_read_len`] says), checked.
+    pub fn code_header(&self, addr: u64, block: &[u8]) -> Result<CodeHeader, PythonError> {
+        const WHAT: &str = CODE;
+        let o = self.offsets;
+        self.check_type(WHAT, addr, block, self.types.code)?;
+        let pointer = |offset: u32| field_u64(block, offset).unwrap_or(0);
         let header = CodeHeader {
-            firstlineno: field_u32(&block, o.code_firstlineno).unwrap_or(0) as i32,
+            firstlineno: field_u32(block, o.code_firstlineno).unwrap_or(0) as i32,
             name: pointer(if o.code_qualname != PY_NO_OFFSET {
                 o.code_qualname
             } else {
@@ -173,7 +187,7 @@ impl ObjectReader {
             filename: pointer(o.code_filename),
             linetable: pointer(o.code_linetable),
             code: pointer(o.code_code),
-            size: field_u64(&block, o.code_size),
+            size: field_u64(block, o.code_size),
         };
         if header.firstlineno < 0 {
             return Err(self.bad(WHAT, addr, format!("first line {}", header.firstlineno)));

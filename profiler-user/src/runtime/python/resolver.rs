@@ -69,6 +69,9 @@ pub struct PythonProcess {
     pthread_tid_offset: AtomicU32,
     /// Code objects read, by address, with the identity they had.
     codes: HashMap<u64, CachedCode>,
+    /// This drain's code-object headers, read together at its start
+    /// ([`Self::prefetch_headers`]) and taken as its frames are named.
+    headers: crate::FastMap<u64, CodeHeader>,
     /// Drains whose frames were named ([`Self::new_drain`]).
     drain: u64,
     /// In a PID namespace of its own (its thread ids are not the host's).
@@ -207,6 +210,7 @@ impl PythonProcess {
                 },
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
                 codes: HashMap::new(),
+                headers: Default::default(),
                 drain: 0,
                 nested: process::nested_pid_namespace(pid)?,
             }));
@@ -381,7 +385,8 @@ impl PythonProcess {
     /// reused), so the last samples of a process that just exited are
     /// still named.
     ///
-    /// The identity is checked once per code object and drain: every frame
+    /// The identity is checked once per code object and drain (its header
+    /// read with all the drain's others, [`Self::prefetch_headers`]): every frame
     /// of a drain is named at the same moment, so a second read of the
     /// same header would only tell the same (a busy Python thread's drain
     /// has the same few code objects in hundreds of frames).
@@ -392,6 +397,8 @@ impl PythonProcess {
             .is_some_and(|cached| cached.checked_in == self.drain);
         let header = if checked {
             None
+        } else if let Some(header) = self.headers.remove(&frame.code) {
+            Some(header)
         } else {
             match self.reader.read_code_header(frame.code) {
                 Ok(header) => Some(header),
@@ -453,6 +460,36 @@ impl PythonProcess {
     /// freed and their addresses reused since the last.
     pub fn new_drain(&mut self) {
         self.drain += 1;
+        self.headers.clear();
+    }
+
+    /// Reads at once the headers of these code objects (a drain's) that
+    /// [`Self::frame_location`] will check: one system call for all, where
+    /// checking them one by one made one each. One that cannot be read,
+    /// or is not a code object, is left to that check, which says why.
+    pub fn prefetch_headers(&mut self, codes: impl IntoIterator<Item = u64>) {
+        let drain = self.drain;
+        let mut wanted: Vec<u64> = codes
+            .into_iter()
+            .filter(|&code| ObjectReader::object_address(code))
+            .filter(|code| {
+                self.codes
+                    .get(code)
+                    .is_none_or(|cached| cached.checked_in != drain)
+            })
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.is_empty() {
+            return;
+        }
+        let len = self.offsets.code_read_len();
+        let blocks = self.reader.memory.read_each(&wanted, len);
+        for (code, block) in wanted.into_iter().zip(blocks) {
+            if let Some(header) = block.and_then(|b| self.reader.code_header(code, &b).ok()) {
+                self.headers.insert(code, header);
+            }
+        }
     }
 
     /// Code objects in the cache.
