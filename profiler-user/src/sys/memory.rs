@@ -170,9 +170,7 @@ impl Memory {
         }
         Ok(read as usize / len)
     }
-}
 
-impl Memory {
     /// `len` bytes at each of `addrs`, in as few system calls as it takes
     /// (a drain checks every Python code object it names: one read each
     /// made a system call each). `None` for one that could not be read
@@ -182,28 +180,44 @@ impl Memory {
         if len == 0 {
             return out;
         }
-        let readable: Vec<usize> = (0..addrs.len())
-            .filter(|&at| in_user_space(addrs[at], len))
-            .collect();
-        let mut rest = &readable[..];
+        let (at, wanted): (Vec<usize>, Vec<u64>) = addrs
+            .iter()
+            .enumerate()
+            .filter(|&(_, &addr)| in_user_space(addr, len))
+            .map(|(index, &addr)| (index, addr))
+            .unzip();
         let mut buf = Vec::new();
-        while !rest.is_empty() {
-            let batch = &rest[..rest.len().min(MAX_BLOCKS_PER_CALL)];
-            let wanted: Vec<u64> = batch.iter().map(|&at| addrs[at]).collect();
+        in_batches(&wanted, |offset, batch| {
             buf.resize(batch.len() * len, 0);
-            let read = match self.read_blocks(&wanted, len, &mut buf) {
-                Ok(read) => read,
-                Err(err) if err.is_process_gone() => return out,
-                Err(_) => 0,
-            };
-            for (index, &at) in batch.iter().enumerate().take(read) {
-                out[at] = Some(buf[index * len..(index + 1) * len].to_vec());
+            let read = self.read_blocks(batch, len, &mut buf)?;
+            for (index, bytes) in buf.chunks_exact(len).take(read).enumerate() {
+                out[at[offset + index]] = Some(bytes.to_vec());
             }
-            // A batch read short stopped at one that could not be read.
-            let skip = usize::from(read < batch.len());
-            rest = &rest[(read + skip).min(rest.len())..];
-        }
+            Ok(read)
+        });
         out
+    }
+}
+
+/// Runs `read_batch` over `addrs` in batches of at most
+/// [`MAX_BLOCKS_PER_CALL`], each given with where it starts in `addrs`; it
+/// returns how many of its batch, from the first, it read whole. Goes on
+/// past one that could not be read (the kernel stops a batch there), and
+/// stops when the process is gone.
+fn in_batches(
+    addrs: &[u64],
+    mut read_batch: impl FnMut(usize, &[u64]) -> Result<usize, MemoryError>,
+) {
+    let mut at = 0;
+    while at < addrs.len() {
+        let batch = &addrs[at..addrs.len().min(at + MAX_BLOCKS_PER_CALL)];
+        let read = match read_batch(at, batch) {
+            Ok(read) => read,
+            Err(err) if err.is_process_gone() => return,
+            Err(_) => 0,
+        };
+        // A batch read short stopped at one that could not be read: skip it.
+        at += read + usize::from(read < batch.len());
     }
 }
 
@@ -378,31 +392,19 @@ impl CachedMemory {
         // Never more than the cache holds: it would start over.
         wanted.truncate(MAX_CACHED_BLOCKS.saturating_sub(pages.at.len()));
         let block_len = BLOCK as usize;
-        let mut rest = &wanted[..];
-        while !rest.is_empty() {
-            let batch = &rest[..rest.len().min(MAX_BLOCKS_PER_CALL)];
+        in_batches(&wanted, |_, batch| {
             let start = pages.grow(batch.len());
-            let read = match self
+            let read = self
                 .memory
-                .read_blocks(batch, block_len, &mut pages.bytes[start..])
-            {
-                Ok(read) => read,
-                Err(err) if err.is_process_gone() => {
-                    pages.bytes.truncate(start);
-                    return;
-                }
-                Err(_) => 0,
-            };
+                .read_blocks(batch, block_len, &mut pages.bytes[start..]);
             // Only those read are kept.
-            pages.bytes.truncate(start + read * block_len);
-            for (index, &block) in batch.iter().enumerate().take(read) {
+            let kept = *read.as_ref().unwrap_or(&0);
+            pages.bytes.truncate(start + kept * block_len);
+            for (index, &block) in batch.iter().enumerate().take(kept) {
                 pages.at.insert(block, Some(start + index * block_len));
             }
-            // A batch read short stopped at a block that could not be
-            // read: skip it.
-            let skip = usize::from(read < batch.len());
-            rest = &rest[(read + skip).min(rest.len())..];
-        }
+            read
+        });
     }
 
     /// Copies `buf.len()` bytes at `addr`, all within the block at `page`,

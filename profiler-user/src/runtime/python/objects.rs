@@ -173,9 +173,8 @@ impl ObjectReader {
     /// The fixed part of the code object at `addr` from its bytes (as
     /// many as [`StructOffsets::code_read_len`] says), checked.
     pub fn code_header(&self, addr: u64, block: &[u8]) -> Result<CodeHeader, PythonError> {
-        const WHAT: &str = CODE;
         let o = self.offsets;
-        self.check_type(WHAT, addr, block, self.types.code)?;
+        self.check_type(CODE, addr, block, self.types.code)?;
         let pointer = |offset: u32| field_u64(block, offset).unwrap_or(0);
         let header = CodeHeader {
             firstlineno: field_u32(block, o.code_firstlineno).unwrap_or(0) as i32,
@@ -190,16 +189,16 @@ impl ObjectReader {
             size: field_u64(block, o.code_size),
         };
         if header.firstlineno < 0 {
-            return Err(self.bad(WHAT, addr, format!("first line {}", header.firstlineno)));
+            return Err(self.bad(CODE, addr, format!("first line {}", header.firstlineno)));
         }
         if header.name == 0 || header.filename == 0 || header.linetable == 0 {
-            return Err(self.bad(WHAT, addr, "a null name, file name or line table"));
+            return Err(self.bad(CODE, addr, "a null name, file name or line table"));
         }
         if header
             .size
             .is_some_and(|size| size as i64 <= 0 || size > 1 << 28)
         {
-            return Err(self.bad(WHAT, addr, format!("{:?} code units", header.size)));
+            return Err(self.bad(CODE, addr, format!("{:?} code units", header.size)));
         }
         Ok(header)
     }
