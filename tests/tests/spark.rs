@@ -284,6 +284,9 @@ fn check_fleet_job(
 /// 90 % of the samples) and are not cut short (at most 1 %).
 fn check_java_frames(recording: &sparkprof_tests::Recording, files: &[&Value], app_id: &str) {
     let (mut java, mut unnamed, mut samples, mut whole, mut cut) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // Where the stacks cut short were cut: the marker and the frames next
+    // to it, so that a failure says which walk stopped where.
+    let mut cuts: BTreeMap<String, u64> = BTreeMap::new();
     for f in files {
         if s(&f["role"]) != Some("executor")
             || s(&f["app_id"]) != Some(app_id)
@@ -307,12 +310,14 @@ fn check_java_frames(recording: &sparkprof_tests::Recording, files: &[&Value], a
             if stack.frames.iter().any(|f| f == "java.lang.Thread.run_[j]") {
                 whole += stack.count;
             }
-            if stack
+            if let Some(at) = stack
                 .frames
                 .iter()
-                .any(|f| f == "[truncated]" || f == "[walk left code]")
+                .position(|f| f == "[truncated]" || f == "[walk left code]")
             {
                 cut += stack.count;
+                let near = stack.frames[at..].iter().take(4).cloned();
+                *cuts.entry(near.collect::<Vec<_>>().join(";")).or_default() += stack.count;
             }
         }
     }
@@ -334,9 +339,12 @@ fn check_java_frames(recording: &sparkprof_tests::Recording, files: &[&Value], a
         share(whole, samples) >= 90.0,
         "{whole} of {samples} stage samples reach Thread.run"
     );
+    let mut cuts: Vec<(u64, String)> = cuts.into_iter().map(|(at, n)| (n, at)).collect();
+    cuts.sort_unstable_by(|a, b| b.cmp(a));
     assert!(
         share(cut, samples) <= 1.0,
-        "{cut} of {samples} stage samples are cut short"
+        "{cut} of {samples} stage samples are cut short, most at: {:#?}",
+        &cuts[..cuts.len().min(8)]
     );
 }
 
