@@ -144,6 +144,13 @@ pub struct JobRun {
 #[derive(Clone, Copy, Default)]
 pub struct SparkprofStages {
     pub whole_s: f64,
+    /// Of `whole_s`: before the job (its start: loading the programs,
+    /// finding the host's processes) and after it (its last drain, the
+    /// final writing of every file with its flame graph and pprof twin,
+    /// detaching). A daemon starts once, but it writes each application's
+    /// files (at the end of each window) as `record` does at its stop.
+    pub before_s: f64,
+    pub after_s: f64,
     /// Seconds per stage, in [`STAGES`]' order.
     pub stage_s: [f64; STAGES.len()],
 }
@@ -152,7 +159,12 @@ pub struct SparkprofStages {
 pub const STAGES: [&str; 5] = ["symbolize", "follow", "collect", "write", "enrich"];
 
 impl SparkprofStages {
-    fn read(whole: Duration, index: Option<&serde_json::Value>) -> Result<Self> {
+    /// `window`: sparkprof's CPU when the job started and when it ended.
+    fn read(
+        whole: Duration,
+        window: (Duration, Duration),
+        index: Option<&serde_json::Value>,
+    ) -> Result<Self> {
         let cpu = index
             .map(|index| &index["pipeline_cpu"])
             .context("sparkprof's index.json is missing")?;
@@ -166,6 +178,8 @@ impl SparkprofStages {
         }
         Ok(Self {
             whole_s: whole.as_secs_f64(),
+            before_s: window.0.as_secs_f64(),
+            after_s: whole.saturating_sub(window.1).as_secs_f64(),
             stage_s,
         })
     }
@@ -177,6 +191,8 @@ impl SparkprofStages {
         }
         Self {
             whole_s: self.whole_s + other.whole_s,
+            before_s: self.before_s + other.before_s,
+            after_s: self.after_s + other.after_s,
             stage_s,
         }
     }
@@ -194,7 +210,15 @@ impl SparkprofStages {
             "outside the drains (start, file rewrites, exit) {outside:.2} s ({:.0} %)",
             share(outside)
         ));
-        parts.join(", ")
+        format!(
+            "{}. Before the job (its start) {:.2} s ({:.0} %); after the job (the last drain, \
+             writing every file with its flame graph, exit) {:.2} s ({:.0} %)",
+            parts.join(", "),
+            self.before_s,
+            share(self.before_s),
+            self.after_s,
+            share(self.after_s)
+        )
     }
 }
 
@@ -288,20 +312,23 @@ pub(super) fn job_pairs_then<T>(
             };
             let cluster_before = group.usage()?;
             let job = run_job_in(&mut cluster, &group)?;
-            let sparkprof_cpu = match (&running, before) {
-                (Some(r), Some((cpu, wall))) => Some((cpu_time(r.pid())? - cpu, wall.elapsed())),
-                _ => None,
+            let (sparkprof_cpu, window) = match (&running, before) {
+                (Some(r), Some((cpu, wall))) => {
+                    let now = cpu_time(r.pid())?;
+                    (Some((now - cpu, wall.elapsed())), Some((cpu, now)))
+                }
+                _ => (None, None),
             };
             // The executors of the application exit after it: their last
             // CPU belongs to this job.
             pause(Duration::from_secs(2))?;
             let job_cpu = group.usage()?.saturating_sub(cluster_before);
-            let stages = match running {
-                Some(running) => {
+            let stages = match (running, window) {
+                (Some(running), Some(window)) => {
                     let (exit, index) = running.stop_reading_index()?;
-                    Some(SparkprofStages::read(exit.cpu, index.as_ref())?)
+                    Some(SparkprofStages::read(exit.cpu, window, index.as_ref())?)
                 }
-                None => None,
+                _ => None,
             };
             let log = EventLog::read(&job.event_log);
             let run = JobRun {
@@ -760,7 +787,7 @@ impl Runtime {
             .filter_map(|p| p.profiled.stages)
             .fold(SparkprofStages::default(), SparkprofStages::add);
         text += &format!(
-            "\nsparkprof's CPU over its {n} runs, start to exit ({:.2} s; index.json `pipeline_cpu`), by stage of its drains: {}.\n",
+            "\nsparkprof's CPU over its {n} runs, start to exit ({:.2} s; index.json `pipeline_cpu`), by stage of its drains: {}. The target's line above counts only the window the job ran in: its files are written after it (the part after the job), which a daemon pays for each application at the end of each window.\n",
             stages.whole_s,
             stages.markdown()
         );
