@@ -17,10 +17,15 @@
 //! A name found in a file is kept for the file, not only the process: on a
 //! Spark host every application starts new JVMs and Python workers, and
 //! each would otherwise have blazesym name the same libjvm and CPython code
-//! again (a third of sparkprof's CPU while a job ran).
+//! again (a third of sparkprof's CPU while a job ran). blazesym is asked by
+//! file too (an ELF source, at the offsets in the file our own read of the
+//! process's mappings found), through one path per file: it never reads a
+//! process's mappings itself, but for code in no file (the vDSO), and keeps
+//! nothing per process.
 
 use std::{
     os::unix::fs::MetadataExt,
+    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -29,7 +34,7 @@ use blazesym::{
     Pid,
     symbolize::{
         Input, Symbolized, Symbolizer,
-        source::{Process, Source},
+        source::{Elf, Process, Source},
     },
 };
 use tracing::debug;
@@ -57,6 +62,13 @@ pub struct NativeSymbolizer {
     /// of preempted threads and JVM code sampled while it warms up bring
     /// new addresses at every drain, mostly inside the same functions.
     functions: FastMap<FileId, FunctionRanges>,
+    /// The path blazesym knows each file by: the first process's
+    /// `/proc/PID/map_files/` entry for it. blazesym keeps a file it opened
+    /// (and its parsed symbols) by that path for as long as we do, after
+    /// that process has gone: every process that maps the file is named
+    /// from it, with neither blazesym's own read of their mappings nor a
+    /// path kept for each of them.
+    elf_paths: FastMap<FileId, PathBuf>,
 }
 
 /// Functions of one file: start offset -> (end offset, name).
@@ -89,6 +101,18 @@ struct KnownMaps {
     /// The file of each file-backed mapping looked at, by its start
     /// (`None`: anonymous, or its file could not be looked at).
     files: FastMap<u64, Option<FileId>>,
+    /// blazesym holds these mappings (it is given them for code in no
+    /// file, the vDSO, at most once per read).
+    given_to_blazesym: bool,
+}
+
+/// Where an address of a process lies in a file: the file, the offset,
+/// and the start and end of its mapping (what names its
+/// `/proc/PID/map_files/` entry).
+struct InFile {
+    file: FileId,
+    offset: u64,
+    mapping: (u64, u64),
 }
 
 impl KnownMaps {
@@ -98,11 +122,12 @@ impl KnownMaps {
             read_at: Instant::now(),
             not_code: FastSet::default(),
             files: FastMap::default(),
+            given_to_blazesym: false,
         }
     }
 
-    /// The file holding `addr` and the offset of `addr` in it.
-    fn file_offset(&mut self, pid: u32, addr: u64) -> Option<(FileId, u64)> {
+    /// The file holding `addr` and where `addr` is in it.
+    fn in_file(&mut self, pid: u32, addr: u64) -> Option<InFile> {
         let mapping = self.maps.as_ref()?.find(addr)?;
         if mapping.inode == 0 {
             return None;
@@ -113,7 +138,11 @@ impl KnownMaps {
             let meta = std::fs::metadata(proc::map_file(pid, start, end)).ok()?;
             (meta.ino() == mapping.inode).then(|| FileId::of(&meta))
         });
-        Some((file?, offset))
+        Some(InFile {
+            file: file?,
+            offset,
+            mapping: (start, end),
+        })
     }
 
     fn covers(&self, addr: u64) -> bool {
@@ -132,11 +161,16 @@ impl Default for NativeSymbolizer {
 impl NativeSymbolizer {
     pub fn new() -> Self {
         Self {
-            symbolizer: Symbolizer::new(),
+            // A file is known by the path it was first opened by (see
+            // `elf_paths`), which outlives its process: never looked up
+            // again by that path. A file changed on disk has another
+            // `FileId`, and so another path.
+            symbolizer: Symbolizer::builder().enable_auto_reload(false).build(),
             names: FastMap::default(),
             maps: FastMap::default(),
             files: FastMap::default(),
             functions: FastMap::default(),
+            elf_paths: FastMap::default(),
         }
     }
 
@@ -171,17 +205,6 @@ impl NativeSymbolizer {
         };
         if stale {
             self.maps.insert(key, KnownMaps::read(process.pid));
-            // blazesym reads /proc/PID/maps again at every symbolize call
-            // unless it holds the process's mappings: it gets them when we
-            // read ours, and keeps them until the next read (or the exit).
-            let mut vmas = blazesym::symbolize::cache::Process::new(Pid::from(process.pid));
-            vmas.cache_perf_map = false;
-            if let Err(err) = self
-                .symbolizer
-                .cache(&blazesym::symbolize::cache::Cache::Process(vmas))
-            {
-                debug!(pid = process.pid, "caching mappings failed: {err}");
-            }
         }
         let known = self.maps.get_mut(&key).expect("just read");
         let (code, outside): (Vec<u64>, Vec<u64>) =
@@ -189,59 +212,140 @@ impl NativeSymbolizer {
         known.not_code.extend(outside);
         // Names another process's mapping of the same file already found.
         let mut found: Vec<(u64, Option<Arc<str>>)> = Vec::with_capacity(code.len());
-        let mut todo: Vec<(u64, Option<(FileId, u64)>)> = Vec::new();
+        let mut in_files: Vec<(u64, InFile)> = Vec::new();
+        let mut in_no_file: Vec<u64> = Vec::new();
         for addr in code {
-            let in_file = known.file_offset(process.pid, addr);
-            match in_file.and_then(|in_file| self.files.get(&in_file)) {
+            let Some(in_file) = known.in_file(process.pid, addr) else {
+                in_no_file.push(addr);
+                continue;
+            };
+            let at = (in_file.file, in_file.offset);
+            match self.files.get(&at) {
                 Some(name) => found.push((addr, name.clone())),
-                None => match in_file.and_then(|in_file| function_at(&self.functions, in_file)) {
+                None => match function_at(&self.functions, at) {
                     Some(name) => found.push((addr, Some(name))),
-                    None => todo.push((addr, in_file)),
+                    None => in_files.push((addr, in_file)),
                 },
             }
         }
-        if !todo.is_empty() {
-            let addrs: Vec<u64> = todo.iter().map(|(addr, _)| *addr).collect();
+        if self.files.len() + in_files.len() > MAX_FILE_NAMES {
+            self.forget_files();
+        }
+        found.extend(self.resolve_in_files(process.pid, in_files));
+        if !in_no_file.is_empty() {
+            let known = self.maps.get_mut(&key).expect("just read");
+            if !std::mem::replace(&mut known.given_to_blazesym, true) {
+                // blazesym reads /proc/PID/maps again at every symbolize
+                // call unless it holds the process's mappings.
+                let mut vmas = blazesym::symbolize::cache::Process::new(Pid::from(process.pid));
+                vmas.cache_perf_map = false;
+                if let Err(err) = self
+                    .symbolizer
+                    .cache(&blazesym::symbolize::cache::Cache::Process(vmas))
+                {
+                    debug!(pid = process.pid, "caching mappings failed: {err}");
+                }
+            }
             let mut source = Process::new(Pid::from(process.pid));
             // ELF symbols only: DWARF parsing of large binaries costs seconds and
             // hundreds of MiB; perf maps are read by our own JIT resolver.
             source.debug_syms = false;
             source.perf_map = false;
             source.map_files = true;
-            let source = Source::Process(source);
-            let results: Vec<SymName> =
-                match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
-                    Ok(results) => results.iter().map(sym_name).collect(),
-                    Err(err) => {
-                        debug!(pid = process.pid, "symbolization failed: {err}");
-                        vec![(None, None); addrs.len()]
-                    }
-                };
-            if self.files.len() + results.len() > MAX_FILE_NAMES {
-                self.files.clear();
-                self.functions.clear();
-            }
-            for ((addr, in_file), (name, extent)) in todo.into_iter().zip(results) {
-                if let Some(in_file) = in_file {
-                    self.files.insert(in_file, name.clone());
-                    if let (Some(name), Some((offset, size))) = (&name, extent) {
-                        let start = in_file.1.saturating_sub(offset as u64);
-                        self.functions
-                            .entry(in_file.0)
-                            .or_default()
-                            .insert(start, (start + size as u64, name.clone()));
-                    }
+            let names: Vec<Option<Arc<str>>> = match self
+                .symbolizer
+                .symbolize(&Source::Process(source), Input::AbsAddr(&in_no_file))
+            {
+                Ok(results) => results.iter().map(|result| sym_name(result).0).collect(),
+                Err(err) => {
+                    debug!(pid = process.pid, "symbolization failed: {err}");
+                    vec![None; in_no_file.len()]
                 }
-                found.push((addr, name));
-            }
+            };
+            found.extend(in_no_file.into_iter().zip(names));
         }
         let maps = self.maps.get(&key).and_then(|known| known.maps.as_ref());
+        let cache = self.names.entry(key).or_default();
         for (addr, name) in found {
             let name = name.unwrap_or_else(|| match maps {
                 Some(maps) => maps.describe(addr).into(),
                 None => "[unknown]".into(),
             });
             cache.insert(addr, name);
+        }
+    }
+
+    /// Names addresses in files: each file's in one call of blazesym, by
+    /// their offsets in it. Keeps each name for the file, and the extent of
+    /// each function found.
+    fn resolve_in_files(
+        &mut self,
+        pid: u32,
+        in_files: Vec<(u64, InFile)>,
+    ) -> Vec<(u64, Option<Arc<str>>)> {
+        let mut by_file: FastMap<FileId, Vec<(u64, InFile)>> = FastMap::default();
+        for (addr, in_file) in in_files {
+            by_file
+                .entry(in_file.file)
+                .or_default()
+                .push((addr, in_file));
+        }
+        let mut found = Vec::new();
+        for (file, wanted) in by_file {
+            let path = self
+                .elf_paths
+                .entry(file)
+                .or_insert_with(|| {
+                    let (start, end) = wanted[0].1.mapping;
+                    proc::map_file(pid, start, end)
+                })
+                .clone();
+            let mut elf = Elf::new(&path);
+            // ELF symbols only: DWARF parsing of large binaries costs
+            // seconds and hundreds of MiB.
+            elf.debug_syms = false;
+            let offsets: Vec<u64> = wanted.iter().map(|(_, in_file)| in_file.offset).collect();
+            let results = match self
+                .symbolizer
+                .symbolize(&Source::Elf(elf), Input::FileOffset(&offsets))
+            {
+                Ok(results) => results.iter().map(sym_name).collect::<Vec<_>>(),
+                Err(err) => {
+                    // Its process may have gone before blazesym opened the
+                    // file: another's path is taken next time, and nothing
+                    // is kept for the file.
+                    debug!(path = %path.display(), "symbolization failed: {err}");
+                    self.elf_paths.remove(&file);
+                    found.extend(wanted.into_iter().map(|(addr, _)| (addr, None)));
+                    continue;
+                }
+            };
+            for ((addr, in_file), (name, extent)) in wanted.into_iter().zip(results) {
+                self.files.insert((file, in_file.offset), name.clone());
+                if let (Some(name), Some((offset, size))) = (&name, extent) {
+                    let start = in_file.offset.saturating_sub(offset as u64);
+                    self.functions
+                        .entry(file)
+                        .or_default()
+                        .insert(start, (start + size as u64, name.clone()));
+                }
+                found.push((addr, name));
+            }
+        }
+        found
+    }
+
+    /// Lets go of every name kept by file, and of the files blazesym holds
+    /// for them.
+    fn forget_files(&mut self) {
+        self.files.clear();
+        self.functions.clear();
+        for (_, path) in self.elf_paths.drain() {
+            let evict =
+                blazesym::symbolize::evict::Evict::Elf(blazesym::symbolize::evict::Elf::new(path));
+            if let Err(err) = self.symbolizer.evict(&evict) {
+                debug!("evict failed: {err}");
+            }
         }
     }
 
@@ -263,6 +367,7 @@ impl NativeSymbolizer {
         );
         held.add("symbolize.native_maps", self.maps.len());
         held.add("symbolize.native_file_names", self.files.len());
+        held.add("symbolize.native_elf_files", self.elf_paths.len());
         held.add(
             "symbolize.native_functions",
             self.functions.values().map(|ranges| ranges.len()).sum(),
@@ -417,6 +522,76 @@ mod tests {
         assert!(named > code.len() / 2, "only {named} named");
     }
 
+    /// Where `addr` of this process lies in its file: the mapping's path
+    /// and the offset.
+    fn file_offset_here(addr: u64) -> (PathBuf, u64) {
+        let maps = ProcMaps::read(std::process::id()).unwrap();
+        let mapping = maps.find(addr).expect("in code");
+        let crate::sys::proc::MapPath::File { path, .. } = &mapping.path else {
+            panic!("{addr:#x} is in no file");
+        };
+        (path.clone(), addr - mapping.start + mapping.offset)
+    }
+
+    /// Every process mapping a file has it named by the one path blazesym
+    /// opened it by, still after that path's process has gone: a child's
+    /// libc is named first, and once the child has exited another function
+    /// of this process's libc (the same file) is named from what blazesym
+    /// holds.
+    #[test]
+    fn a_file_is_named_by_one_path_after_its_process_has_gone() {
+        let getpid = libc::getpid as *const () as u64;
+        let getppid = libc::getppid as *const () as u64;
+        let (libc_path, getpid_offset) = file_offset_here(getpid);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let pid = child.id();
+        // The child's getpid: where its mapping of the same libc holds the
+        // same offset (once its loader has mapped libc).
+        let in_child = (0..200)
+            .find_map(|_| {
+                let maps = crate::sys::proc::read_maps(pid).ok()?;
+                let found = maps.iter().find(|m| {
+                    m.executable
+                        && matches!(&m.path, crate::sys::proc::MapPath::File { path, .. } if *path == libc_path)
+                        && (m.offset..m.offset + (m.end - m.start)).contains(&getpid_offset)
+                });
+                if found.is_none() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                found.map(|m| m.start + getpid_offset - m.offset)
+            })
+            .expect("the child maps this process's libc");
+        let child_info = ProcessInfo {
+            pid,
+            start_ticks: crate::sys::proc::stat(pid).unwrap().start_ticks,
+            ..this_process()
+        };
+        let mut symbolizer = NativeSymbolizer::new();
+        symbolizer.resolve(&child_info, &[in_child]);
+        let named = symbolizer.process(&child_info).name(in_child);
+        assert!(named.contains("getpid"), "{named}");
+        assert_eq!(symbolizer.elf_paths.len(), 1);
+        let opened_by = symbolizer.elf_paths.values().next().unwrap().clone();
+        assert!(
+            opened_by.starts_with(format!("/proc/{pid}/map_files")),
+            "{}",
+            opened_by.display()
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        symbolizer.evict(&child_info);
+        assert!(!opened_by.exists(), "the child's path is gone");
+
+        let process = this_process();
+        symbolizer.resolve(&process, &[getppid]);
+        let named = symbolizer.process(&process).name(getppid);
+        assert!(named.contains("getppid"), "{named}");
+        assert_eq!(symbolizer.elf_paths.values().next(), Some(&opened_by));
+    }
+
     /// This process's own code is named; an address in its data (what a
     /// walk through code without frame pointers reads) is not code and is
     /// never named after the data symbol there.
@@ -439,11 +614,11 @@ mod tests {
 
         // Another process mapping the same file gets the name kept for the
         // file, without blazesym: shown by a name only that cache holds.
-        let (file, offset) = symbolizer
+        let InFile { file, offset, .. } = symbolizer
             .maps
             .get_mut(&NativeSymbolizer::key(&process))
             .unwrap()
-            .file_offset(process.pid, function)
+            .in_file(process.pid, function)
             .expect("this test binary is a file");
         symbolizer
             .files
