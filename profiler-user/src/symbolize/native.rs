@@ -292,33 +292,43 @@ impl NativeSymbolizer {
         }
         let mut found = Vec::new();
         for (file, wanted) in by_file {
-            let path = self
+            let offsets: Vec<u64> = wanted.iter().map(|(_, in_file)| in_file.offset).collect();
+            let (start, end) = wanted[0].1.mapping;
+            let own = proc::map_file(pid, start, end);
+            let first = self
                 .elf_paths
                 .entry(file)
-                .or_insert_with(|| {
-                    let (start, end) = wanted[0].1.mapping;
-                    proc::map_file(pid, start, end)
-                })
+                .or_insert_with(|| own.clone())
                 .clone();
-            let mut elf = Elf::new(&path);
-            // ELF symbols only: DWARF parsing of large binaries costs
-            // seconds and hundreds of MiB.
-            elf.debug_syms = false;
-            let offsets: Vec<u64> = wanted.iter().map(|(_, in_file)| in_file.offset).collect();
-            let results = match self
-                .symbolizer
-                .symbolize(&Source::Elf(elf), Input::FileOffset(&offsets))
+            // The path kept first; if blazesym cannot open the file by it
+            // (its process went before blazesym opened it), this process's
+            // own path, kept from then on.
+            let mut results = None;
+            for path in [Some(first.clone()), (first != own).then_some(own)]
+                .into_iter()
+                .flatten()
             {
-                Ok(results) => results.iter().map(sym_name).collect::<Vec<_>>(),
-                Err(err) => {
-                    // Its process may have gone before blazesym opened the
-                    // file: another's path is taken next time, and nothing
-                    // is kept for the file.
-                    debug!(path = %path.display(), "symbolization failed: {err}");
-                    self.elf_paths.remove(&file);
-                    found.extend(wanted.into_iter().map(|(addr, _)| (addr, None)));
-                    continue;
+                let mut elf = Elf::new(&path);
+                // ELF symbols only: DWARF parsing of large binaries costs
+                // seconds and hundreds of MiB.
+                elf.debug_syms = false;
+                match self
+                    .symbolizer
+                    .symbolize(&Source::Elf(elf), Input::FileOffset(&offsets))
+                {
+                    Ok(named) => {
+                        results = Some(named.iter().map(sym_name).collect::<Vec<_>>());
+                        self.elf_paths.insert(file, path);
+                        break;
+                    }
+                    Err(err) => debug!(path = %path.display(), "symbolization failed: {err}"),
                 }
+            }
+            let Some(results) = results else {
+                // Nothing is kept for the file: tried again next time.
+                self.elf_paths.remove(&file);
+                found.extend(wanted.into_iter().map(|(addr, _)| (addr, None)));
+                continue;
             };
             for ((addr, in_file), (name, extent)) in wanted.into_iter().zip(results) {
                 self.files.insert((file, in_file.offset), name.clone());
@@ -590,6 +600,21 @@ mod tests {
         let named = symbolizer.process(&process).name(getppid);
         assert!(named.contains("getppid"), "{named}");
         assert_eq!(symbolizer.elf_paths.values().next(), Some(&opened_by));
+
+        // A path blazesym never opened the file by, whose process has gone,
+        // gives way to the naming process's own.
+        let file = *symbolizer.elf_paths.keys().next().unwrap();
+        let mut fresh = NativeSymbolizer::new();
+        fresh.elf_paths.insert(file, opened_by);
+        fresh.resolve(&process, &[getpid]);
+        let named = fresh.process(&process).name(getpid);
+        assert!(named.contains("getpid"), "{named}");
+        let own = format!("/proc/{}/map_files", process.pid);
+        assert!(
+            fresh.elf_paths[&file].starts_with(&own),
+            "{:?}",
+            fresh.elf_paths
+        );
     }
 
     /// This process's own code is named; an address in its data (what a
