@@ -468,8 +468,10 @@ impl CachedMemory {
     /// An item is done when a round of it lacks nothing. Naming a drain's
     /// frames one by one makes a system call per block of every dependent
     /// read (a dozen for a compiled frame of a method not named yet); this
-    /// makes one per level for all of them. `probe` must only read: what it
-    /// computes from a round's partial reads is thrown away.
+    /// makes one per level for all of them. `probe` must only read, and
+    /// must not keep what it computes from a round whose reads were not all
+    /// held; what a round that read everything computes is what a read of
+    /// this cache gives, and may be kept.
     pub fn prefetch_rounds<T>(&self, mut items: Vec<T>, mut probe: impl FnMut(&HeldOnly<'_>, &T)) {
         for _ in 0..MAX_PREFETCH_ROUNDS {
             let held = HeldOnly {

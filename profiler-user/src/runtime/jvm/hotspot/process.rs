@@ -418,9 +418,18 @@ impl HotspotProcess {
             ..
         } = self;
         let mut name = |memory: &HeldOnly<'_>, method: u64| {
-            if !methods.contains_key(&method) {
-                // Only its reads matter here: it is named for real after.
-                let _ = method_name(memory, layout, classes, method);
+            if methods.contains_key(&method) {
+                return;
+            }
+            // A round that lacked none of its blocks read the name whole,
+            // from the very blocks [`Self::method`] would read: kept, so
+            // that neither a later round nor the naming walks it again
+            // (walking each new method twice was a tenth of sparkprof's
+            // CPU on a Spark host). A partial read is thrown away.
+            if let Ok(name) = method_name(memory, layout, classes, method)
+                && methods.len() < MAX_CACHED
+            {
+                methods.insert(method, Some(Arc::from(name.readable())));
             }
         };
         memory.prefetch_rounds(pending, |memory, &(pc, kind, compile_id, leaf)| {
