@@ -9,4 +9,5 @@ pub mod exits;
 pub mod held;
 pub mod memory;
 pub mod proc;
+pub mod sock_diag;
 pub mod sysctl;

@@ -6,10 +6,11 @@
 //! spark://CoarseGrainedScheduler@HOST:PORT`) next to its `--app-id`: a
 //! driver process on this host that listens on that port is that
 //! application's driver. "Listens" is checked on the driver's own sockets
-//! (its `socket:[inode]` file descriptors matched against the LISTEN
-//! entries of /proc/PID/net/tcp and tcp6, which show the driver's network
-//! namespace), so another process listening on the same port elsewhere does
-//! not count.
+//! (its `socket:[inode]` file descriptors matched against the listening
+//! TCP sockets of the driver's network namespace: the kernel's socket
+//! diagnostics when that is sparkprof's own, /proc/PID/net/tcp and tcp6
+//! otherwise), so another process listening on the same port elsewhere
+//! does not count.
 //!
 //! This only works while an executor of the application runs on the same
 //! host (local-mode drivers have none; their ID stays unknown).
@@ -18,6 +19,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::MetadataExt;
 
 use super::classify::flag_value;
 
@@ -70,16 +72,7 @@ pub fn parse_driver_url(url: &str) -> Option<(&str, u16)> {
     Some((host, port.parse().ok()?))
 }
 
-/// A TCP socket in the LISTEN state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListeningSocket {
-    /// The local address (unspecified for a wildcard bind).
-    pub addr: IpAddr,
-    /// The local port.
-    pub port: u16,
-    /// The socket's inode, as in `socket:[inode]` under /proc/PID/fd.
-    pub inode: u64,
-}
+pub use crate::sys::sock_diag::ListeningSocket;
 
 /// `st` of a listening socket in /proc/net/tcp (`TCP_LISTEN`).
 const TCP_LISTEN: &str = "0A";
@@ -154,6 +147,17 @@ pub fn socket_inodes(pid: u32) -> io::Result<HashSet<u64>> {
 /// The TCP sockets (IPv4 and IPv6) that process `pid` itself listens on.
 pub fn listening_sockets(pid: u32) -> io::Result<Vec<ListeningSocket>> {
     let owned = socket_inodes(pid)?;
+    // In sparkprof's own network namespace (a driver that is not in a
+    // container), the kernel lists the listeners alone; /proc/PID/net/tcp
+    // walks every established-connection bucket to print them.
+    if shares_our_network(pid)
+        && let Ok(listening) = crate::sys::sock_diag::tcp_listeners()
+    {
+        return Ok(listening
+            .into_iter()
+            .filter(|s| owned.contains(&s.inode))
+            .collect());
+    }
     let mut sockets = Vec::new();
     for table in ["tcp", "tcp6"] {
         // tcp6 is missing when IPv6 is disabled.
@@ -169,6 +173,18 @@ pub fn listening_sockets(pid: u32) -> io::Result<Vec<ListeningSocket>> {
         );
     }
     Ok(sockets)
+}
+
+/// Whether process `pid` is in sparkprof's network namespace.
+fn shares_our_network(pid: u32) -> bool {
+    let ns = |path: String| fs::metadata(path).map(|m| (m.dev(), m.ino()));
+    match (
+        ns(format!("/proc/{pid}/ns/net")),
+        ns("/proc/self/ns/net".into()),
+    ) {
+        (Ok(theirs), Ok(ours)) => theirs == ours,
+        _ => false,
+    }
 }
 
 /// The application whose executors point at one of these listening
