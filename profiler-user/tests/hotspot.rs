@@ -20,7 +20,7 @@ use sparkprof::{
         layout::HotspotLayout,
         libjvm,
         lines::LineLayout,
-        names::{ClassNames, method_name},
+        names::{NamesRead, method_name},
         threads::{JavaThreads, ThreadLayout, java_thread},
         vmstructs::VmStructs,
         walk::{JavaFrame, walk_from_anchor},
@@ -174,7 +174,7 @@ fn reads_and_walks_a_live_jvm(
         let blobs = cache.blobs(&memory, &layout);
         let spin = blobs.iter().find(|b| {
             b.kind == BlobKind::Nmethod
-                && method_name(&memory, &layout, &mut ClassNames::default(), b.method)
+                && method_name(&memory, &layout, &mut NamesRead::default(), b.method)
                     .is_ok_and(|name| name.readable() == "Hot.spin")
         });
         if let Some(spin) = spin.cloned() {
@@ -203,17 +203,17 @@ fn reads_and_walks_a_live_jvm(
         .iter()
         .filter(|b| b.kind == BlobKind::Nmethod)
         .collect();
-    // Class names kept across methods (as sparkprof keeps them) name every
+    // Class and method names kept across methods (as sparkprof keeps them) name every
     // method as reading each alone does.
-    let mut classes = ClassNames::default();
+    let mut names_read = NamesRead::default();
     let named: Vec<String> = nmethods
         .iter()
-        .filter_map(|b| method_name(&memory, &layout, &mut classes, b.method).ok())
+        .filter_map(|b| method_name(&memory, &layout, &mut names_read, b.method).ok())
         .map(|name| name.readable())
         .collect();
     let alone: Vec<String> = nmethods
         .iter()
-        .filter_map(|b| method_name(&memory, &layout, &mut ClassNames::default(), b.method).ok())
+        .filter_map(|b| method_name(&memory, &layout, &mut NamesRead::default(), b.method).ok())
         .map(|name| name.readable())
         .collect();
     assert_eq!(
@@ -262,7 +262,7 @@ fn reads_and_walks_a_live_jvm(
             .iter()
             .map(|frame| match frame {
                 JavaFrame::Interpreted { method, bci } => {
-                    let name = method_name(&memory, &layout, &mut ClassNames::default(), *method)
+                    let name = method_name(&memory, &layout, &mut NamesRead::default(), *method)
                         .map_or_else(|err| format!("<{err}>"), |name| name.readable());
                     match bci.and_then(|bci| lines.line(&memory, &layout, *method, bci)) {
                         Some(line) if name.starts_with("Hot.") => format!("{name}:{line}"),
@@ -270,7 +270,7 @@ fn reads_and_walks_a_live_jvm(
                     }
                 }
                 JavaFrame::Compiled { method, .. } => {
-                    method_name(&memory, &layout, &mut ClassNames::default(), *method)
+                    method_name(&memory, &layout, &mut NamesRead::default(), *method)
                         .map_or_else(|err| format!("<{err}>"), |name| name.readable())
                 }
                 JavaFrame::Stub(name) => format!("[{name}]"),

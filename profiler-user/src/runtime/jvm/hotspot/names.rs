@@ -32,37 +32,71 @@ impl MethodName {
     }
 }
 
-/// Class names by constant pool (every method of a class shares its
-/// pool): the class half of a name costs no read after the first method.
-/// It lives as long as the cache of method names beside it.
-pub type ClassNames = FastMap<u64, String>;
+/// Names already read, kept as long as the cache of method names beside
+/// them.
+#[derive(Debug, Default)]
+pub struct NamesRead {
+    /// Class names by constant pool (every method of a class shares its
+    /// pool): the class half of a name costs no read after the first
+    /// method.
+    classes: FastMap<u64, String>,
+    /// Method names by `Symbol*`: HotSpot interns symbols, and one name
+    /// serves many methods (an executor's 7,992 methods had 4,319 names,
+    /// 697 of them `apply`), so a known name costs no read.
+    symbols: FastMap<u64, String>,
+}
+
+impl NamesRead {
+    /// Names held.
+    pub fn len(&self) -> usize {
+        self.classes.len() + self.symbols.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&mut self) {
+        self.classes.clear();
+        self.symbols.clear();
+    }
+}
 
 /// Reads the names of the method at `method`.
 ///
 /// Reads of another process's memory are most of what naming a JIT-heavy
 /// JVM costs, so each struct is read once (the `ConstMethod` fields in one
-/// block, a symbol's length with its first bytes) and class names are
-/// kept: four reads for a method of a known class, seven otherwise.
+/// block, a symbol's length with its first bytes) and names read are kept
+/// ([`NamesRead`]): three reads for a method of a known class and name,
+/// seven at most.
 pub fn method_name(
     memory: &impl ReadMemory,
     layout: &HotspotLayout,
-    classes: &mut ClassNames,
+    read: &mut NamesRead,
     method: u64,
 ) -> Result<MethodName, HotspotError> {
     let const_method = memory.read_u64(method + layout.method_const_method)?;
     let (pool, index) = const_method_fields(memory, layout, const_method)?;
-    let class = match classes.get(&pool) {
+    let class = match read.classes.get(&pool) {
         Some(class) => class.clone(),
         None => {
             let holder = memory.read_u64(pool + layout.constant_pool_pool_holder)?;
             let class = symbol(memory, layout, memory.read_u64(holder + layout.klass_name)?)?;
-            classes.insert(pool, class.clone());
+            read.classes.insert(pool, class.clone());
             class
         }
     };
     let slot = name_slot(layout, pool, index);
     // A resolved UTF-8 entry holds its `Symbol*` (bit 0 is a tag).
-    let method = symbol(memory, layout, memory.read_u64(slot)? & !1)?;
+    let name = memory.read_u64(slot)? & !1;
+    let method = match read.symbols.get(&name) {
+        Some(method) => method.clone(),
+        None => {
+            let method = symbol(memory, layout, name)?;
+            read.symbols.insert(name, method.clone());
+            method
+        }
+    };
     Ok(MethodName { class, method })
 }
 

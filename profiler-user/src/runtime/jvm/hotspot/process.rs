@@ -25,7 +25,7 @@ use super::{
     layout::{CodeBegin, HotspotLayout},
     libjvm,
     lines::LineLayout,
-    names::{ClassNames, method_name},
+    names::{NamesRead, method_name},
     threads::{self, JavaThreads, ThreadLayout},
     vmstructs::VmStructs,
 };
@@ -121,8 +121,8 @@ pub struct HotspotProcess {
     host_ids: Option<(HashMap<u32, u32>, Option<Instant>)>,
     /// `Method*` → its name (`None`: not a readable method).
     methods: FastMap<u64, Option<Arc<str>>>,
-    /// Class names by constant pool, kept and let go with `methods`.
-    classes: ClassNames,
+    /// Class and method names read, kept and let go with `methods`.
+    names_read: NamesRead,
     /// (compiled or stub pc, leaf) → what the blob there is.
     code: FastMap<(u64, bool), CodeAt>,
     /// Compiled methods by their blob's address.
@@ -137,7 +137,7 @@ pub struct HotspotProcess {
 impl HotspotProcess {
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("jvm.method_names", self.methods.len());
-        held.add("jvm.class_names", self.classes.len());
+        held.add("jvm.names_read", self.names_read.len());
         held.add("jvm.code_names", self.code.len());
         held.add("jvm.compiled_methods", self.compiled_code.len());
         held.add("jvm.pc_descs", self.compiled_descs);
@@ -181,7 +181,7 @@ impl HotspotProcess {
                 .map_err(|source| HotspotError::Status { pid, source })?
                 .then(|| (HashMap::new(), None)),
             methods: FastMap::default(),
-            classes: ClassNames::default(),
+            names_read: NamesRead::default(),
             code: FastMap::default(),
             compiled_code: BTreeMap::new(),
             compiled_descs: 0,
@@ -191,7 +191,7 @@ impl HotspotProcess {
 
     /// Every compiled method in the code cache, and whether each is named.
     pub fn census(&self) -> Census {
-        let mut classes = ClassNames::default();
+        let mut names_read = NamesRead::default();
         let compiled: Vec<_> = self
             .cache
             .blobs(&self.memory, &self.layout)
@@ -200,7 +200,7 @@ impl HotspotProcess {
             .collect();
         let named = compiled
             .iter()
-            .filter(|b| method_name(&self.memory, &self.layout, &mut classes, b.method).is_ok())
+            .filter(|b| method_name(&self.memory, &self.layout, &mut names_read, b.method).is_ok())
             .count();
         Census {
             shape: match self.layout.code_blob_code_begin {
@@ -413,7 +413,7 @@ impl HotspotProcess {
             cache,
             inlining,
             methods,
-            classes,
+            names_read,
             compiled_code,
             ..
         } = self;
@@ -426,7 +426,7 @@ impl HotspotProcess {
             // that neither a later round nor the naming walks it again
             // (walking each new method twice was a tenth of sparkprof's
             // CPU on a Spark host). A partial read is thrown away.
-            if let Ok(name) = method_name(memory, layout, classes, method)
+            if let Ok(name) = method_name(memory, layout, names_read, method)
                 && methods.len() < MAX_CACHED
             {
                 methods.insert(method, Some(Arc::from(name.readable())));
@@ -501,9 +501,9 @@ impl HotspotProcess {
         }
         if self.methods.len() >= MAX_CACHED {
             self.methods.clear();
-            self.classes.clear();
+            self.names_read.clear();
         }
-        let name = method_name(&self.memory, &self.layout, &mut self.classes, method)
+        let name = method_name(&self.memory, &self.layout, &mut self.names_read, method)
             .ok()
             .map(|name| Arc::from(name.readable()));
         self.methods.insert(method, name.clone());
