@@ -6,6 +6,7 @@
 //! memory) and every JDK; a missing one fails.
 
 use std::{
+    collections::HashMap,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -16,6 +17,7 @@ use rstest::rstest;
 use sparkprof::{
     runtime::jvm::hotspot::{
         HotspotError,
+        archive::{ArchiveRegions, ArchivedAt},
         code_cache::{BlobKind, CodeCache},
         layout::HotspotLayout,
         libjvm,
@@ -25,7 +27,7 @@ use sparkprof::{
         vmstructs::VmStructs,
         walk::{JavaFrame, walk_from_anchor},
     },
-    sys::memory::Memory,
+    sys::{memory::Memory, proc::read_maps},
 };
 
 const HOT: &str = r#"
@@ -330,4 +332,75 @@ fn reads_and_walks_a_live_jvm(
     // read, and then the next read is tried again.)
     let unchanged = (0..5).any(|_| listed.changed(&memory, &threads).unwrap().is_none());
     assert!(unchanged, "{jdk}: an unchanged list is read again");
+}
+
+/// The compiled methods of a JVM that lie in a CDS archive, by their place
+/// in it, with the names read from this JVM's memory.
+fn archived_compiled_names(jdk: &str, pid: u32) -> HashMap<ArchivedAt, String> {
+    let memory = Memory::new(pid);
+    let symbols = libjvm::table_symbols(pid).expect("libjvm.so exports its tables");
+    let tables = VmStructs::read(&memory, &symbols).expect("the tables read");
+    let layout = HotspotLayout::from_tables(&tables).expect("the layout sparkprof needs");
+    let regions = ArchiveRegions::of(pid, &read_maps(pid).unwrap());
+    assert!(!regions.is_empty(), "{jdk}: JVM {pid} maps no CDS archive");
+    let started = Instant::now();
+    let cache = loop {
+        match CodeCache::read(&memory, &layout) {
+            Ok(cache) => break cache,
+            Err(HotspotError::NotReady(_)) if started.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(err) => panic!("{jdk}: code cache: {err}"),
+        }
+    };
+    cache
+        .blobs(&memory, &layout)
+        .into_iter()
+        .filter(|b| b.kind == BlobKind::Nmethod)
+        .filter_map(|b| {
+            let name = method_name(&memory, &layout, &mut NamesRead::default(), b.method).ok()?;
+            Some((regions.at(b.method)?, name.readable()))
+        })
+        .collect()
+}
+
+/// Two JVMs of one JDK map its CDS archive, each where it can: a method at
+/// one place in the archive has one name in both, as the names sparkprof
+/// shares between JVMs (`archive::ArchivedNames`) assume.
+#[rstest]
+fn an_archived_method_has_one_name_in_every_jvm(
+    #[values("java-17-openjdk-amd64", "temurin-25-jdk-amd64")] jdk: &str,
+) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "reading a JVM's memory needs root"
+    );
+    let jvms = [HotJvm::start(jdk), HotJvm::start(jdk)];
+    // Their JDK methods compiled meanwhile.
+    std::thread::sleep(Duration::from_secs(3));
+    let [one, other] = jvms
+        .each_ref()
+        .map(|jvm| archived_compiled_names(jdk, jvm.pid()));
+    let both: Vec<(&String, &String)> = one
+        .iter()
+        .filter_map(|(at, name)| Some((name, other.get(at)?)))
+        .collect();
+    eprintln!(
+        "{jdk}: {} and {} archived methods compiled, {} in both, e.g. {:?}",
+        one.len(),
+        other.len(),
+        both.len(),
+        both.first()
+    );
+    assert!(
+        both.len() >= 5,
+        "{jdk}: too few archived methods compiled in both JVMs to compare"
+    );
+    for (name, same_place) in both {
+        assert_eq!(
+            name, same_place,
+            "{jdk}: one place in the archive, two names"
+        );
+    }
 }

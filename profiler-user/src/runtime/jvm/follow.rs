@@ -17,6 +17,7 @@ use super::{
     JitBatch, JitStats, JitSymbolizer, JvmOptions,
     hotspot::{
         HotspotError,
+        archive::SharedArchivedNames,
         process::{HotspotProcess, JavaMethod, RecordedName},
     },
     thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
@@ -79,12 +80,22 @@ pub struct JvmRuntime {
     /// Walk Java frames from HotSpot's structures (else `--no-java-walk`).
     walk: bool,
     final_pass: bool,
+    /// Names of the methods of CDS archives, for every JVM (each names an
+    /// archived method only if no JVM did).
+    archived: SharedArchivedNames,
 }
 
 impl JvmRuntime {
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("jvm.walkers", self.walkers.len());
         held.add("jvm.walks", self.walks.len());
+        held.add(
+            "jvm.archived_names",
+            self.archived
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len(),
+        );
         for walker in self.walkers.values() {
             if let Walker::Walked(process) = walker {
                 process.held(held);
@@ -111,6 +122,7 @@ impl JvmRuntime {
             batches: Vec::new(),
             compiling: HashSet::new(),
             final_pass: false,
+            archived: SharedArchivedNames::default(),
         }
     }
 
@@ -171,7 +183,7 @@ impl JvmRuntime {
     /// handed to the kernel, not ready yet (tried again until
     /// [`HOTSPOT_READY_WITHIN`]), or frame pointers only, and why.
     fn read_walker(&self, pid: u32, collector: &mut Collector) -> Walker {
-        let attempt = HotspotProcess::read(pid)
+        let attempt = HotspotProcess::read(pid, self.archived.clone())
             .and_then(|process| Ok((process.proc_info()?, process)))
             .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
             .and_then(|(info, process)| {

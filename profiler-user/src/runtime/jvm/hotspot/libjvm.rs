@@ -19,6 +19,14 @@ use crate::sys::{
 /// `pid`.
 pub fn table_symbols(pid: u32) -> Result<HashMap<String, u64>, HotspotError> {
     let maps = proc::read_maps(pid).map_err(|source| HotspotError::Maps { pid, source })?;
+    table_symbols_mapped(pid, &maps)
+}
+
+/// [`table_symbols`] of process `pid`, whose mappings are `maps`.
+pub fn table_symbols_mapped(
+    pid: u32,
+    maps: &[proc::Mapping],
+) -> Result<HashMap<String, u64>, HotspotError> {
     let mapped: Vec<(&std::path::Path, u64, u64)> = maps
         .iter()
         .filter_map(|m| match &m.path {

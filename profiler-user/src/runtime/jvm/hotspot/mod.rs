@@ -13,6 +13,7 @@
 //! treated as hostile: a layout that does not add up is an error that says
 //! why (and the JVM keeps today's perf-map naming), never a wrong frame.
 
+pub mod archive;
 pub mod code_cache;
 pub mod inlining;
 pub mod layout;

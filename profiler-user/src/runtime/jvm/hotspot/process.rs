@@ -11,6 +11,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
+    sync::PoisonError,
     time::Instant,
 };
 
@@ -20,6 +21,7 @@ use profiler_common::{
 
 use super::{
     HotspotError,
+    archive::{ArchiveRegions, SharedArchivedNames},
     code_cache::{BlobKind, CodeBlob, CodeCache},
     inlining::{DebugInfo, InliningLayout},
     layout::{CodeBegin, HotspotLayout},
@@ -123,6 +125,10 @@ pub struct HotspotProcess {
     methods: FastMap<u64, Option<Arc<str>>>,
     /// Class and method names read, kept and let go with `methods`.
     names_read: NamesRead,
+    /// Where it maps CDS archives, whose methods' names every JVM shares
+    /// (`archived`).
+    archive: ArchiveRegions,
+    archived: SharedArchivedNames,
     /// (compiled or stub pc, leaf) → what the blob there is.
     code: FastMap<(u64, bool), CodeAt>,
     /// Compiled methods by their blob's address.
@@ -155,12 +161,15 @@ impl HotspotProcess {
 
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
     /// code cache (not ready until the JVM has initialised it).
-    pub fn read(pid: u32) -> Result<Self, HotspotError> {
+    /// `archived`: the names of archived methods every JVM's reader shares.
+    pub fn read(pid: u32, archived: SharedArchivedNames) -> Result<Self, HotspotError> {
         // The tables' entries and the names they point to lie side by
         // side in libjvm: read a block at a time, not a field or a 64-byte
         // piece of a name at a time (some 5,600 reads a JVM otherwise).
         let mut memory = CachedMemory::new(Memory::new(pid));
-        let tables = VmStructs::read(&memory, &libjvm::table_symbols(pid)?)?;
+        let maps = proc::read_maps(pid).map_err(|source| HotspotError::Maps { pid, source })?;
+        let tables = VmStructs::read(&memory, &libjvm::table_symbols_mapped(pid, &maps)?)?;
+        let archive = ArchiveRegions::of(pid, &maps);
         let layout = HotspotLayout::from_tables(&tables)?;
         let cache = CodeCache::read(&memory, &layout)?;
         let inlining = LineLayout::from_tables(&memory, &tables)
@@ -182,6 +191,8 @@ impl HotspotProcess {
                 .then(|| (HashMap::new(), None)),
             methods: FastMap::default(),
             names_read: NamesRead::default(),
+            archive,
+            archived,
             code: FastMap::default(),
             compiled_code: BTreeMap::new(),
             compiled_descs: 0,
@@ -415,10 +426,21 @@ impl HotspotProcess {
             methods,
             names_read,
             compiled_code,
+            archive,
+            archived,
             ..
         } = self;
+        let mut archived = archived.lock().unwrap_or_else(PoisonError::into_inner);
         let mut name = |memory: &HeldOnly<'_>, method: u64| {
             if methods.contains_key(&method) {
+                return;
+            }
+            // Named already from the same archive, by this JVM or another.
+            let at = archive.at(method);
+            if let Some(name) = at.and_then(|at| archived.get(&at)) {
+                if methods.len() < MAX_CACHED {
+                    methods.insert(method, Some(name));
+                }
                 return;
             }
             // A round that lacked none of its blocks read the name whole,
@@ -429,7 +451,11 @@ impl HotspotProcess {
             if let Ok(name) = method_name(memory, layout, names_read, method)
                 && methods.len() < MAX_CACHED
             {
-                methods.insert(method, Some(Arc::from(name.readable())));
+                let name: Arc<str> = Arc::from(name.readable());
+                if let Some(at) = at {
+                    archived.insert(at, name.clone());
+                }
+                methods.insert(method, Some(name));
             }
         };
         memory.prefetch_rounds(pending, |memory, &(pc, kind, compile_id, leaf)| {
@@ -503,9 +529,21 @@ impl HotspotProcess {
             self.methods.clear();
             self.names_read.clear();
         }
-        let name = method_name(&self.memory, &self.layout, &mut self.names_read, method)
-            .ok()
-            .map(|name| Arc::from(name.readable()));
+        let at = self.archive.at(method);
+        let mut archived = self.archived.lock().unwrap_or_else(PoisonError::into_inner);
+        let name = match at.and_then(|at| archived.get(&at)) {
+            Some(name) => Some(name),
+            None => {
+                let name: Option<Arc<str>> =
+                    method_name(&self.memory, &self.layout, &mut self.names_read, method)
+                        .ok()
+                        .map(|name| Arc::from(name.readable()));
+                if let (Some(at), Some(name)) = (at, &name) {
+                    archived.insert(at, name.clone());
+                }
+                name
+            }
+        };
         self.methods.insert(method, name.clone());
         name
     }
