@@ -337,6 +337,7 @@ impl RuntimeFrames for JvmRuntime {
             let (code, native): (Vec<u64>, Vec<u64>) = addrs
                 .into_iter()
                 .partition(|&addr| walked.in_code_cache(addr));
+            walked.prefetch_addresses(&code);
             self.walked_addrs
                 .extend(code.into_iter().map(|addr| (process.pid, addr)));
             return native;

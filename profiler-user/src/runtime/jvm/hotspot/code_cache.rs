@@ -61,6 +61,55 @@ pub struct CodeBlob {
     pub compile_id: u32,
 }
 
+/// What tells, at a later drain, that a blob is still the one it was: its
+/// heap block in use, its name (a pointer to a static string, one per
+/// kind) and, for a compiled method, its compile id (a JVM never gives one
+/// twice), without walking the segment map to it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobMark {
+    address: u64,
+    name: u64,
+    compile_id: Option<u32>,
+}
+
+impl BlobMark {
+    /// `blob`'s mark, as it is now.
+    pub fn of(memory: &impl ReadMemory, layout: &HotspotLayout, blob: &CodeBlob) -> Option<Self> {
+        Some(Self {
+            address: blob.address,
+            name: memory.read_u64(blob.address + layout.code_blob_name).ok()?,
+            compile_id: matches!(blob.kind, BlobKind::Nmethod | BlobKind::NativeNmethod)
+                .then_some(blob.compile_id),
+        })
+    }
+
+    /// The bytes [`Self::still_there`] reads: from its heap block's header
+    /// to the last field (to read them ahead, with other blobs').
+    pub fn span(&self, layout: &HotspotLayout) -> (u64, usize) {
+        let last = (layout.code_blob_name + 8).max(layout.nmethod_compile_id + 4);
+        let start = self.address.wrapping_sub(layout.heap_block_size);
+        (start, (layout.heap_block_size + last) as usize)
+    }
+
+    /// Whether the blob is still there, as it was.
+    pub fn still_there(&self, memory: &impl ReadMemory, layout: &HotspotLayout) -> bool {
+        let block = self.address.wrapping_sub(layout.heap_block_size);
+        let mut used = [0u8];
+        memory
+            .read(block + layout.heap_block_used, &mut used)
+            .is_ok()
+            && used[0] != 0
+            && memory
+                .read_u64(self.address + layout.code_blob_name)
+                .is_ok_and(|name| name == self.name)
+            && self.compile_id.is_none_or(|id| {
+                memory
+                    .read_u32(self.address + layout.nmethod_compile_id)
+                    .is_ok_and(|now| now == id)
+            })
+    }
+}
+
 /// The code cache of one JVM.
 #[derive(Debug, Clone)]
 pub struct CodeCache {

@@ -22,7 +22,7 @@ use profiler_common::{
 use super::{
     HotspotError,
     archive::{ArchiveRegions, SharedArchivedNames},
-    code_cache::{BlobKind, CodeBlob, CodeCache},
+    code_cache::{BlobKind, BlobMark, CodeBlob, CodeCache},
     inlining::{DebugInfo, InliningLayout},
     layout::{CodeBegin, HotspotLayout},
     libjvm,
@@ -135,9 +135,26 @@ pub struct HotspotProcess {
     compiled_code: BTreeMap<u64, CompiledCode>,
     /// `PcDesc`s in `compiled_code`.
     compiled_descs: usize,
-    /// This drain's frame-pointer code-cache addresses, named (the same
-    /// waits come back in many off-CPU stacks of a drain).
-    addresses: FastMap<u64, RecordedName>,
+    /// Frame-pointer code-cache addresses named (the same waits come back
+    /// in many off-CPU stacks, drain after drain), with the blob that held
+    /// each: see [`Self::name_address`].
+    addresses: FastMap<u64, NamedAddress>,
+    /// Drains begun, to tell an address named in this one.
+    drains: u64,
+}
+
+/// Drains (about a minute) an address named by
+/// [`HotspotProcess::name_address`] is kept after its last stack.
+const ADDRESSES_KEPT_DRAINS: u64 = 64;
+
+/// A code-cache address as [`HotspotProcess::name_address`] named it.
+#[derive(Debug, Clone)]
+struct NamedAddress {
+    name: RecordedName,
+    /// The blob that held it (`None`: none did).
+    blob: Option<BlobMark>,
+    /// The drain in which it was last named, or its blob found still there.
+    drain: u64,
 }
 
 impl HotspotProcess {
@@ -148,7 +165,7 @@ impl HotspotProcess {
         held.add("jvm.compiled_methods", self.compiled_code.len());
         held.add("jvm.pc_descs", self.compiled_descs);
         held.add("jvm.memory_blocks", self.memory.len());
-        held.add("jvm.drain_addresses", self.addresses.len());
+        held.add("jvm.named_addresses", self.addresses.len());
         held.add("jvm.java_threads", self.threads.len());
     }
 
@@ -156,7 +173,13 @@ impl HotspotProcess {
     /// memory for the last one may have changed since.
     pub fn new_drain(&mut self) {
         self.memory.clear();
-        self.addresses.clear();
+        self.drains += 1;
+        // Addresses no stack has held for a while (code freed, a wait
+        // gone) are let go.
+        if self.drains.is_multiple_of(ADDRESSES_KEPT_DRAINS) {
+            let since = self.drains - ADDRESSES_KEPT_DRAINS;
+            self.addresses.retain(|_, named| named.drain >= since);
+        }
     }
 
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
@@ -197,6 +220,7 @@ impl HotspotProcess {
             compiled_code: BTreeMap::new(),
             compiled_descs: 0,
             addresses: FastMap::default(),
+            drains: 0,
         })
     }
 
@@ -365,41 +389,77 @@ impl HotspotProcess {
     /// what the blob there holds now (the stack is at most a drain old).
     /// Named as a leaf: a return address less one, as frames are looked
     /// up, finds the `PcDesc` of the call it returns from, the first at
-    /// or after it.
+    /// or after it. An address named at an earlier drain keeps its name
+    /// while its blob is still there ([`BlobMark::still_there`]): threads
+    /// wait at the same places drain after drain, and finding each
+    /// address's blob again by the segment map, a byte at a time, was a
+    /// tenth of sparkprof's CPU under `--off-cpu` on a Spark host.
     pub fn name_address(&mut self, address: u64) -> RecordedName {
-        if let Some(name) = self.addresses.get(&address) {
-            return name.clone();
+        if let Some(named) = self.addresses.get_mut(&address) {
+            let now = named.drain == self.drains
+                || named
+                    .blob
+                    .is_some_and(|blob| blob.still_there(&self.memory, &self.layout));
+            if now {
+                named.drain = self.drains;
+                return named.name.clone();
+            }
         }
-        let name = self.name_address_now(address);
-        self.addresses.insert(address, name.clone());
+        let (name, blob) = self.name_address_now(address);
+        if self.addresses.len() >= MAX_CACHED {
+            self.addresses.clear();
+        }
+        self.addresses.insert(
+            address,
+            NamedAddress {
+                name: name.clone(),
+                blob,
+                drain: self.drains,
+            },
+        );
         name
     }
 
-    /// [`Self::name_address`], read from the process.
-    fn name_address_now(&mut self, address: u64) -> RecordedName {
+    /// Reads ahead, in one go, what [`Self::name_address`] reads to find
+    /// that the blobs of these addresses named before are still there.
+    pub fn prefetch_addresses(&self, addresses: &[u64]) {
+        let spans: Vec<(u64, usize)> = addresses
+            .iter()
+            .filter_map(|address| self.addresses.get(address))
+            .filter(|named| named.drain != self.drains)
+            .filter_map(|named| Some(named.blob?.span(&self.layout)))
+            .collect();
+        self.memory.prefetch(spans);
+    }
+
+    /// [`Self::name_address`], read from the process, with the blob there.
+    fn name_address_now(&mut self, address: u64) -> (RecordedName, Option<BlobMark>) {
         let Some(blob) = self.cache.blob_at(&self.memory, &self.layout, address) else {
-            return RecordedName::Unknown;
+            return (RecordedName::Unknown, None);
         };
+        let mark = BlobMark::of(&self.memory, &self.layout, &blob);
         let (kind, data) = match blob.kind {
             BlobKind::Nmethod | BlobKind::NativeNmethod => {
                 (hotspot_frame::COMPILED, blob.compile_id)
             }
             BlobKind::Stub(_) => (hotspot_frame::STUB, 0),
             BlobKind::Interpreter => {
-                return RecordedName::Java(Arc::from([JavaMethod {
+                let name = RecordedName::Java(Arc::from([JavaMethod {
                     name: Arc::from("Interpreter"),
                     inlined: false,
                 }]));
+                return (name, mark);
             }
         };
-        self.name(
+        let name = self.name(
             &HotspotFrame {
                 address,
                 data,
                 kind,
             },
             true,
-        )
+        );
+        (name, mark)
     }
 
     /// Reads, a level at a time for all of them, what naming these frames
