@@ -24,7 +24,6 @@
 //! nothing per process.
 
 use std::{
-    os::unix::fs::MetadataExt,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -134,10 +133,10 @@ impl KnownMaps {
         }
         let (start, end) = (mapping.start, mapping.end);
         let offset = addr - start + mapping.offset;
-        let file = *self.files.entry(start).or_insert_with(|| {
-            let meta = std::fs::metadata(proc::map_file(pid, start, end)).ok()?;
-            (meta.ino() == mapping.inode).then(|| FileId::of(&meta))
-        });
+        let file = *self
+            .files
+            .entry(start)
+            .or_insert_with(|| mapping.file_id(pid));
         Some(InFile {
             file: file?,
             offset,

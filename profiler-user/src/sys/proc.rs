@@ -76,6 +76,18 @@ pub enum MapPath {
 }
 
 impl Mapping {
+    /// The file this mapping of process `pid` maps, as its
+    /// `/proc/PID/map_files/` entry opens it (the path is the process's,
+    /// maybe in another mount namespace); `None` for memory in no file, or
+    /// one that cannot be looked at or is not the inode the mapping names.
+    pub fn file_id(&self, pid: u32) -> Option<FileId> {
+        if self.inode == 0 {
+            return None;
+        }
+        let meta = fs::metadata(map_file(pid, self.start, self.end)).ok()?;
+        (meta.ino() == self.inode).then(|| FileId::of(&meta))
+    }
+
     /// Anonymous memory.
     pub fn is_anonymous(&self) -> bool {
         matches!(self.path, MapPath::Anonymous { .. })
@@ -186,6 +198,19 @@ fn threads_by_namespace_id(
         threads.insert(inner, host);
     }
     Ok(threads)
+}
+
+/// Whether process `pid` is in this process's namespace of `kind`
+/// (`net`, `mnt`, ...): `false` when either cannot be looked at.
+pub fn shares_namespace(pid: u32, kind: &str) -> bool {
+    let ns = |path: String| fs::metadata(path).map(|m| (m.dev(), m.ino()));
+    match (
+        ns(format!("/proc/{pid}/ns/{kind}")),
+        ns(format!("/proc/self/ns/{kind}")),
+    ) {
+        (Ok(theirs), Ok(ours)) => theirs == ours,
+        _ => false,
+    }
 }
 
 /// Whether process `pid` runs in a PID namespace of its own (a

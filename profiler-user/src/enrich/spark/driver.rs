@@ -19,7 +19,6 @@ use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::unix::fs::MetadataExt;
 
 use super::classify::flag_value;
 
@@ -150,7 +149,7 @@ pub fn listening_sockets(pid: u32) -> io::Result<Vec<ListeningSocket>> {
     // In sparkprof's own network namespace (a driver that is not in a
     // container), the kernel lists the listeners alone; /proc/PID/net/tcp
     // walks every established-connection bucket to print them.
-    if shares_our_network(pid)
+    if crate::sys::proc::shares_namespace(pid, "net")
         && let Ok(listening) = crate::sys::sock_diag::tcp_listeners()
     {
         return Ok(listening
@@ -173,18 +172,6 @@ pub fn listening_sockets(pid: u32) -> io::Result<Vec<ListeningSocket>> {
         );
     }
     Ok(sockets)
-}
-
-/// Whether process `pid` is in sparkprof's network namespace.
-fn shares_our_network(pid: u32) -> bool {
-    let ns = |path: String| fs::metadata(path).map(|m| (m.dev(), m.ino()));
-    match (
-        ns(format!("/proc/{pid}/ns/net")),
-        ns("/proc/self/ns/net".into()),
-    ) {
-        (Ok(theirs), Ok(ours)) => theirs == ours,
-        _ => false,
-    }
 }
 
 /// The application whose executors point at one of these listening

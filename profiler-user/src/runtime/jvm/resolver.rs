@@ -106,13 +106,7 @@ impl JvmResolver {
             DumpAbility::Yes => Jvm::new(pid).ok(),
             DumpAbility::No(_) => None,
         };
-        let same_mount_ns = std::fs::metadata("/proc/self/ns/mnt")
-            .ok()
-            .zip(std::fs::metadata(format!("/proc/{pid}/ns/mnt")).ok())
-            .is_some_and(|(ours, theirs)| {
-                use std::os::unix::fs::MetadataExt;
-                ours.ino() == theirs.ino() && ours.dev() == theirs.dev()
-            });
+        let same_mount_ns = crate::sys::proc::shares_namespace(pid, "mnt");
         let host_path = perf_maps::discovery::ns_pid(pid)
             .ok()
             .filter(|_| same_mount_ns)

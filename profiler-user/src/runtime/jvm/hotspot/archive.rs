@@ -10,14 +10,11 @@
 //! stacks came from the JDK's archive, and naming an executor's new methods
 //! is most of what sparkprof reads on a Spark host.
 
-use std::{
-    os::unix::fs::MetadataExt,
-    sync::{Arc, Mutex},
-};
+use std::sync::{Arc, Mutex};
 
 use crate::{
     FastMap,
-    sys::proc::{self, FileId, Mapping},
+    sys::proc::{FileId, Mapping},
 };
 
 /// Where a process maps archives: their mappings, with the file of each.
@@ -52,17 +49,15 @@ impl ArchiveRegions {
         let regions = maps
             .iter()
             .filter(|m| {
-                m.inode != 0
-                    && m.file()
-                        .is_some_and(|p| p.extension().is_some_and(|e| e == "jsa"))
+                m.file()
+                    .is_some_and(|p| p.extension().is_some_and(|e| e == "jsa"))
             })
             .filter_map(|m| {
-                let meta = std::fs::metadata(proc::map_file(pid, m.start, m.end)).ok()?;
-                (meta.ino() == m.inode).then(|| Region {
+                Some(Region {
                     start: m.start,
                     end: m.end,
                     offset: m.offset,
-                    file: FileId::of(&meta),
+                    file: m.file_id(pid)?,
                 })
             })
             .collect();
@@ -151,7 +146,7 @@ mod tests {
         };
         let (whole, tail) = (map(0), map(4096));
         let me = std::process::id();
-        let regions = ArchiveRegions::of(me, &proc::read_maps(me).unwrap());
+        let regions = ArchiveRegions::of(me, &crate::sys::proc::read_maps(me).unwrap());
         // The same byte of the file, through either mapping.
         let one = regions
             .at(whole + 4096 + 100)
