@@ -94,11 +94,7 @@ impl BlobMark {
     /// Whether the blob is still there, as it was.
     pub fn still_there(&self, memory: &impl ReadMemory, layout: &HotspotLayout) -> bool {
         let block = self.address.wrapping_sub(layout.heap_block_size);
-        let mut used = [0u8];
-        memory
-            .read(block + layout.heap_block_used, &mut used)
-            .is_ok()
-            && used[0] != 0
+        block_in_use(memory, layout, block)
             && memory
                 .read_u64(self.address + layout.code_blob_name)
                 .is_ok_and(|name| name == self.name)
@@ -242,14 +238,19 @@ fn block_length(memory: &impl ReadMemory, layout: &HotspotLayout, block: u64) ->
 
 /// The code blob of the block at `block`, if the block is in use.
 fn used_blob(memory: &impl ReadMemory, layout: &HotspotLayout, block: u64) -> Option<CodeBlob> {
-    let mut used = [0u8];
-    memory
-        .read(block + layout.heap_block_used, &mut used)
-        .ok()?;
-    if used[0] == 0 {
+    if !block_in_use(memory, layout, block) {
         return None;
     }
     read_blob(memory, layout, block + layout.heap_block_size).ok()
+}
+
+/// Whether the heap block at `block` holds a blob (`false` if unreadable).
+fn block_in_use(memory: &impl ReadMemory, layout: &HotspotLayout, block: u64) -> bool {
+    let mut used = [0u8];
+    memory
+        .read(block + layout.heap_block_used, &mut used)
+        .is_ok()
+        && used[0] != 0
 }
 
 /// Reads the code blob at `address`.

@@ -21,7 +21,7 @@ use profiler_common::{
 
 use super::{
     HotspotError,
-    archive::{ArchiveRegions, SharedArchivedNames},
+    archive::{ArchiveRegions, ArchivedNames, SharedArchivedNames},
     code_cache::{BlobKind, BlobMark, CodeBlob, CodeCache},
     inlining::{DebugInfo, InliningLayout},
     layout::{CodeBegin, HotspotLayout},
@@ -146,6 +146,32 @@ pub struct HotspotProcess {
 /// Drains (about a minute) an address named by
 /// [`HotspotProcess::name_address`] is kept after its last stack.
 const ADDRESSES_KEPT_DRAINS: u64 = 64;
+
+/// The readable name of the method at `method`: as a JVM already read it
+/// from the same archive, or read from `memory` now (and then kept for
+/// every JVM, if archived). `None` if it cannot be read.
+fn read_method_name(
+    memory: &impl ReadMemory,
+    layout: &HotspotLayout,
+    names_read: &mut NamesRead,
+    archive: &ArchiveRegions,
+    archived: &mut ArchivedNames,
+    method: u64,
+) -> Option<Arc<str>> {
+    let at = archive.at(method);
+    if let Some(name) = at.and_then(|at| archived.get(&at)) {
+        return Some(name);
+    }
+    let name: Arc<str> = Arc::from(
+        method_name(memory, layout, names_read, method)
+            .ok()?
+            .readable(),
+    );
+    if let Some(at) = at {
+        archived.insert(at, name.clone());
+    }
+    Some(name)
+}
 
 /// A code-cache address as [`HotspotProcess::name_address`] named it.
 #[derive(Debug, Clone)]
@@ -495,26 +521,15 @@ impl HotspotProcess {
             if methods.contains_key(&method) {
                 return;
             }
-            // Named already from the same archive, by this JVM or another.
-            let at = archive.at(method);
-            if let Some(name) = at.and_then(|at| archived.get(&at)) {
-                if methods.len() < MAX_CACHED {
-                    methods.insert(method, Some(name));
-                }
-                return;
-            }
             // A round that lacked none of its blocks read the name whole,
             // from the very blocks [`Self::method`] would read: kept, so
             // that neither a later round nor the naming walks it again
             // (walking each new method twice was a tenth of sparkprof's
             // CPU on a Spark host). A partial read is thrown away.
-            if let Ok(name) = method_name(memory, layout, names_read, method)
+            if let Some(name) =
+                read_method_name(memory, layout, names_read, archive, &mut archived, method)
                 && methods.len() < MAX_CACHED
             {
-                let name: Arc<str> = Arc::from(name.readable());
-                if let Some(at) = at {
-                    archived.insert(at, name.clone());
-                }
                 methods.insert(method, Some(name));
             }
         };
@@ -589,21 +604,14 @@ impl HotspotProcess {
             self.methods.clear();
             self.names_read.clear();
         }
-        let at = self.archive.at(method);
-        let mut archived = self.archived.lock().unwrap_or_else(PoisonError::into_inner);
-        let name = match at.and_then(|at| archived.get(&at)) {
-            Some(name) => Some(name),
-            None => {
-                let name: Option<Arc<str>> =
-                    method_name(&self.memory, &self.layout, &mut self.names_read, method)
-                        .ok()
-                        .map(|name| Arc::from(name.readable()));
-                if let (Some(at), Some(name)) = (at, &name) {
-                    archived.insert(at, name.clone());
-                }
-                name
-            }
-        };
+        let name = read_method_name(
+            &self.memory,
+            &self.layout,
+            &mut self.names_read,
+            &self.archive,
+            &mut self.archived.lock().unwrap_or_else(PoisonError::into_inner),
+            method,
+        );
         self.methods.insert(method, name.clone());
         name
     }
