@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, fmt::Write as _, fs, os::unix::fs::MetadataExt as _, path::Path};
 
-use crate::sys::{caps::Capabilities, sysctl};
+use crate::sys::{caps::Capabilities, proc::Mapping, sysctl};
 use crate::{collect::btf::KernelTypes, enrich::Runtime};
 
 /// A JVM found on the host, and whether its stacks can be walked.
@@ -198,7 +198,7 @@ pub fn jvms() -> Vec<JvmReport> {
             preserve_frame_pointer,
             jit_names: jit_names(pid),
             thread_names: thread_names(pid, libjvm, &mut rename_symbols),
-            hotspot: hotspot(pid),
+            hotspot: hotspot(pid, &maps),
             spark: spark_identity(pid),
         });
     }
@@ -210,9 +210,10 @@ pub fn jvms() -> Vec<JvmReport> {
 /// (its exported VMStructs, the layout sparkprof needs from them, its code
 /// cache, what the kernel's walker gets, and the names of its compiled
 /// methods), and if not why.
-fn hotspot(pid: u32) -> Result<String, String> {
+fn hotspot(pid: u32, maps: &[Mapping]) -> Result<String, String> {
     use crate::runtime::jvm::hotspot::process::HotspotProcess;
-    let process = HotspotProcess::read(pid, Default::default()).map_err(|err| err.to_string())?;
+    let process =
+        HotspotProcess::read(pid, Some(maps), Default::default()).map_err(|err| err.to_string())?;
     process.proc_info().map_err(|err| err.to_string())?;
     let census = process.census();
     Ok(format!(

@@ -14,13 +14,14 @@ use tracing::{error, info, warn};
 
 use crate::{
     collect::{CollectError, Collector, CollectorConfig, KernelStats, off_cpu::OffCpuConfig},
-    enrich::{Enricher, ProcessInfo},
+    enrich::{Discovered, Enricher, ProcessInfo},
     runtime::{Runtime, Runtimes, jvm::JvmOptions},
     symbolize::Symbolizer,
     sys::{
         caps::Capabilities,
         cpu::{Stage, StageCpu, process_cpu},
-        proc, sysctl,
+        proc::{self, Mapping},
+        sysctl,
     },
     write::{
         WriteOptions, Writer,
@@ -189,7 +190,7 @@ impl Pipeline {
 
     /// Has the collector watch what a newly seen process needs (its
     /// off-CPU time if it is of interest), and the runtimes take it on.
-    fn watch(&mut self, process: &Arc<ProcessInfo>) {
+    fn watch(&mut self, process: &Arc<ProcessInfo>, maps: Option<&[Mapping]>) {
         if let Some(events) = self.events.as_mut() {
             events.started.push(process.clone());
         }
@@ -201,14 +202,14 @@ impl Pipeline {
         if off_cpu && let Err(err) = self.collector.watch_off_cpu(process.pid) {
             warn!(pid = process.pid, "off-CPU time not recorded: {err}");
         }
-        self.runtimes.discovered(process, &mut self.collector);
+        self.runtimes.discovered(process, maps, &mut self.collector);
     }
 
     /// [`Self::watch`]es each of `processes`, then has the threads they
     /// already have marked for off-CPU time in one pass.
-    fn watch_all(&mut self, processes: Vec<Arc<ProcessInfo>>) {
-        for process in &processes {
-            self.watch(process);
+    fn watch_all(&mut self, discovered: &Discovered) {
+        for process in &discovered.processes {
+            self.watch(process, discovered.maps(process.pid));
         }
         if let Err(err) = self.collector.mark_watched_threads() {
             warn!("off-CPU time of the threads watched processes already have is lost: {err}");
@@ -218,7 +219,7 @@ impl Pipeline {
     fn process(&mut self, drain: crate::collect::Drain) {
         let since = process_cpu();
         let discovered = self.enricher.discover(&drain);
-        self.watch_all(discovered);
+        self.watch_all(&discovered);
         self.runtimes.synchronize(&mut self.collector);
         let dumps = self.runtimes.thread_names(Some(&drain), &self.collector);
         self.cpu.add_since(Stage::Follow, since);
@@ -226,7 +227,9 @@ impl Pipeline {
         let drain = self.enricher.enrich(drain, dumps);
         self.cpu.add_since(Stage::Enrich, since);
         let since = process_cpu();
-        let drain = self.symbolizer.symbolize(drain, &mut self.runtimes);
+        let drain = self
+            .symbolizer
+            .symbolize(drain, &discovered, &mut self.runtimes);
         self.cpu.add_since(Stage::Symbolize, since);
         let since = process_cpu();
         // Exited processes' last samples are named: now they can go.
@@ -413,7 +416,7 @@ impl Session {
         // watched from now on, and the names their threads have now are asked
         // for right away.
         let running = pipeline.enricher.running_processes();
-        pipeline.watch_all(running);
+        pipeline.watch_all(&running);
         let dumps = pipeline.runtimes.thread_names(None, &pipeline.collector);
         pipeline.enricher.named(&dumps);
         pipeline.symbolizer.load();

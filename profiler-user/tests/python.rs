@@ -1103,6 +1103,72 @@ fn in_a_sub_interpreter(#[values(12, 13)] minor: u8) {
     check_sub_interpreter(minor);
 }
 
+/// A thread that starts after the script says "ready", then ends.
+const THREAD_COMES_AND_GOES_SCRIPT: &str = r#"
+import threading, time
+print("ready", flush=True)
+time.sleep(3)
+stop = threading.Event()
+def worker():
+    print("started", threading.get_native_id(), flush=True)
+    while not stop.is_set():
+        time.sleep(0.05)
+thread = threading.Thread(target=worker)
+thread.start()
+time.sleep(3)
+stop.set()
+thread.join()
+print("ended", flush=True)
+time.sleep(60)
+"#;
+
+/// The threads read at every drain follow a thread that starts and one
+/// that ends, though the process's thread list is read only when the
+/// interpreter's thread states changed.
+fn check_threads_come_and_go(minor: u8) {
+    let python = interpreter(minor);
+    let mut command = Command::new(&python);
+    command.args(["-I", "-c", THREAD_COMES_AND_GOES_SCRIPT]);
+    let started = Started::spawn(command);
+    assert_eq!(started.line(), "ready");
+    let pid = started.pid();
+    wait_until_asleep(pid, 1);
+    let process = PythonProcess::probe(pid).unwrap().unwrap();
+    let tids = |threads: Vec<PythonThread>| threads.iter().map(|t| t.tid).collect::<BTreeSet<_>>();
+    let alone = process.threads().unwrap();
+    assert_eq!(
+        tids(alone.clone()),
+        BTreeSet::from([pid]),
+        "3.{minor} before"
+    );
+    assert_eq!(process.threads().unwrap(), alone, "3.{minor} again");
+    let line = started.line();
+    let worker: u32 = line
+        .strip_prefix("started ")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    wait_until_asleep(pid, 2);
+    let both = process.threads().unwrap();
+    assert_eq!(
+        tids(both.clone()),
+        BTreeSet::from([pid, worker]),
+        "3.{minor} started"
+    );
+    assert_eq!(
+        both.iter().find(|t| t.tid == pid),
+        alone.first(),
+        "3.{minor}: the main thread's state"
+    );
+    assert_eq!(started.line(), "ended");
+    wait_until_asleep(pid, 1);
+    assert_eq!(process.threads().unwrap(), alone, "3.{minor} ended");
+}
+
+#[rstest]
+fn threads_come_and_go(#[values(8, 13)] minor: u8) {
+    check_threads_come_and_go(minor);
+}
+
 /// Debian's own `/usr/bin/python3.11` links libpython statically: the
 /// interpreter is found in the executable.
 #[test]

@@ -142,6 +142,28 @@ pub struct EnrichedDrain {
     pub exited: Vec<Arc<ProcessInfo>>,
 }
 
+/// Processes seen for the first time, with the memory maps read to
+/// identify them. The stages after take these maps rather than read the
+/// file again: a runtime's first look at a process (libjvm's symbols,
+/// CPython's module) and the native symbolizer's first names. Read two or
+/// three times per new process, this long file was a twentieth of
+/// sparkprof's CPU on a Spark host. Held for one drain only: a process's
+/// maps change, and later reads are fresh.
+#[derive(Debug, Default)]
+pub struct Discovered {
+    pub processes: Vec<Arc<ProcessInfo>>,
+    maps: HashMap<u32, Vec<Mapping>>,
+}
+
+impl Discovered {
+    /// The maps of process `pid` as read when it was identified in this
+    /// drain; `None` when it was not (known before, a kernel thread, or
+    /// its maps could not be read).
+    pub fn maps(&self, pid: u32) -> Option<&[Mapping]> {
+        self.maps.get(&pid).map(Vec::as_slice)
+    }
+}
+
 /// The enrich stage: process cache, thread names, Spark identities.
 #[derive(Default)]
 pub struct Enricher {
@@ -180,11 +202,12 @@ impl Enricher {
 
     /// Every process running on the host now, identified and cached, so the
     /// caller can watch them (renames, off-CPU time) before sampling starts.
-    pub fn running_processes(&mut self) -> Vec<Arc<ProcessInfo>> {
-        proc::pids()
-            .into_iter()
-            .filter_map(|pid| self.identify(pid))
-            .collect()
+    pub fn running_processes(&mut self) -> Discovered {
+        let mut discovered = Discovered::default();
+        for pid in proc::pids() {
+            self.identify(pid, &mut discovered);
+        }
+        discovered
     }
 
     /// Files the thread names runtimes read from their processes before
@@ -200,7 +223,7 @@ impl Enricher {
     ///
     /// Samples are matched against the cache first: a process that exited
     /// after being counted keeps the identity it had while it ran.
-    pub fn discover(&mut self, drain: &Drain) -> Vec<Arc<ProcessInfo>> {
+    pub fn discover(&mut self, drain: &Drain) -> Discovered {
         // Processes first seen in this drain and already gone: name them after
         // their main thread's comm if it was sampled.
         let mut leader_comms: HashMap<u32, &str> = HashMap::new();
@@ -211,17 +234,14 @@ impl Enricher {
         }
         self.gone.clear();
         self.find_execs(drain);
-        let mut new = Vec::new();
+        let mut new = Discovered::default();
         for raw in &drain.samples {
             if self.processes.contains_key(&raw.tgid) || self.gone.contains_key(&raw.tgid) {
                 continue;
             }
-            match self.identify(raw.tgid) {
-                Some(info) => new.push(info),
-                None => {
-                    let info = exited_process(raw, leader_comms.get(&raw.tgid).copied());
-                    self.gone.insert(raw.tgid, Arc::new(info));
-                }
+            if !self.identify(raw.tgid, &mut new) {
+                let info = exited_process(raw, leader_comms.get(&raw.tgid).copied());
+                self.gone.insert(raw.tgid, Arc::new(info));
             }
         }
         self.resolve_drivers();
@@ -259,16 +279,18 @@ impl Enricher {
         }
     }
 
-    /// Reads and caches a process not seen before.
-    fn identify(&mut self, pid: u32) -> Option<Arc<ProcessInfo>> {
+    /// Reads and caches a process not seen before, and adds it to
+    /// `discovered`; whether it is known (false: gone before it was read).
+    fn identify(&mut self, pid: u32, discovered: &mut Discovered) -> bool {
         if let Some(info) = self.processes.get(&pid) {
-            return Some(info.clone());
+            discovered.processes.push(info.clone());
+            return true;
         }
         // Watched first, so that the process read is the one watched.
         self.exits.watch(pid);
-        let Some(mut info) = read_process(pid) else {
+        let Some((mut info, maps)) = read_process(pid) else {
             self.exits.forget(pid);
-            return None;
+            return false;
         };
         if info.spark.role == Role::Executor
             && let Some(facts) = ProcessFacts::read(pid)
@@ -290,7 +312,11 @@ impl Enricher {
         }
         let info = Arc::new(info);
         self.processes.insert(pid, info.clone());
-        Some(info)
+        discovered.processes.push(info);
+        if let Some(maps) = maps {
+            discovered.maps.insert(pid, maps);
+        }
+        true
     }
 
     /// A driver's application ID, through the executors on this host that
@@ -402,27 +428,31 @@ impl Enricher {
     }
 }
 
-fn read_process(pid: u32) -> Option<ProcessInfo> {
+/// A process as /proc shows it now, with the maps read to know its
+/// runtime (`None`: a kernel thread, or not readable).
+fn read_process(pid: u32) -> Option<(ProcessInfo, Option<Vec<Mapping>>)> {
     let stat = proc::stat(pid).ok()?;
     let kernel_thread = stat.kernel_thread;
-    let runtime = if kernel_thread {
-        Runtime::Native
+    let maps = if kernel_thread {
+        None
     } else {
-        proc::read_maps(pid).map_or(Runtime::Native, |maps| Runtime::from_maps(&maps))
+        proc::read_maps(pid).ok()
     };
+    let runtime = maps.as_deref().map_or(Runtime::Native, Runtime::from_maps);
     let spark = if kernel_thread {
         SparkProcess::other()
     } else {
         spark::classify_pid(pid)
     };
-    Some(ProcessInfo {
+    let info = ProcessInfo {
         pid,
         start_ticks: stat.start_ticks,
         name: stat.comm,
         kernel_thread,
         runtime,
         spark,
-    })
+    };
+    Some((info, maps))
 }
 
 /// A process that exited before it could be read from /proc: named after its
@@ -445,6 +475,34 @@ fn exited_process(sample: &RawSample, leader_comm: Option<&str>) -> ProcessInfo 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Processes found come with the maps read to identify them, for the
+    /// stages after; a kernel thread has none, and neither has a process
+    /// found again.
+    #[test]
+    fn discovered_processes_carry_their_maps() {
+        let mut enricher = Enricher::new();
+        let discovered = enricher.running_processes();
+        let me = std::process::id();
+        assert!(discovered.processes.iter().any(|p| p.pid == me));
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = discovered.maps(me).expect("this process's maps");
+        assert!(
+            maps.iter()
+                .any(|m| m.executable && m.file() == Some(exe.as_path())),
+            "{maps:?}"
+        );
+        assert!(
+            discovered
+                .processes
+                .iter()
+                .any(|p| p.pid == 2 && p.kernel_thread)
+        );
+        assert!(discovered.maps(2).is_none());
+        let again = enricher.running_processes();
+        assert!(again.processes.iter().any(|p| p.pid == me));
+        assert!(again.maps(me).is_none());
+    }
 
     #[test]
     fn recognizes_a_jvm_from_its_mappings() {

@@ -23,6 +23,7 @@ use crate::{
     collect::{Collector, Drain, RawPythonStack},
     enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     symbolize::{Frame, RuntimeFrames},
+    sys::proc::Mapping,
 };
 
 /// A runtime's hold on the processes that run it, driven by `record` in
@@ -40,7 +41,13 @@ pub trait Runtime {
 
     /// A process seen for the first time: take it on if it runs this
     /// runtime (and tell the collector what its kernel side needs).
-    fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector);
+    /// `maps`: its memory maps as read to identify it, if they were.
+    fn discovered(
+        &mut self,
+        process: &ProcessInfo,
+        maps: Option<&[Mapping]>,
+        collector: &mut Collector,
+    );
 
     /// Once per drain, before its samples are named: bring the kernel's
     /// per-process state up to date (threads come and go).
@@ -115,9 +122,14 @@ impl Runtime for Runtimes {
         }
     }
 
-    fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector) {
+    fn discovered(
+        &mut self,
+        process: &ProcessInfo,
+        maps: Option<&[Mapping]>,
+        collector: &mut Collector,
+    ) {
         for runtime in self.all() {
-            runtime.discovered(process, collector);
+            runtime.discovered(process, maps, collector);
         }
     }
 

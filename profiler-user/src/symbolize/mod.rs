@@ -20,7 +20,7 @@ use profiler_common::{HotspotFrame, hotspot_frame};
 
 use crate::{
     collect::{RawHotspotStack, RawPythonStack, RawSample, RawStack, SampleKind},
-    enrich::{EnrichedDrain, EnrichedSample, ProcessInfo, spark::TaskThread},
+    enrich::{Discovered, EnrichedDrain, EnrichedSample, ProcessInfo, spark::TaskThread},
 };
 
 /// Where a frame came from; decides its decoration in the folded output.
@@ -167,10 +167,12 @@ impl Symbolizer {
         self.kernel.load();
     }
 
-    /// Names every frame of a drain.
+    /// Names every frame of a drain; `discovered`: the processes first seen
+    /// in it, whose maps were read then.
     pub fn symbolize(
         &mut self,
         drain: EnrichedDrain,
+        discovered: &Discovered,
         runtime: &mut dyn RuntimeFrames,
     ) -> SymbolizedDrain {
         // Resolve each process's user addresses in one batch, and all kernel
@@ -202,7 +204,8 @@ impl Symbolizer {
             addrs.sort_unstable();
             addrs.dedup();
             let native_addrs = runtime.claim(&process, addrs);
-            self.native.resolve(&process, &native_addrs);
+            let maps = discovered.maps(process.pid);
+            self.native.resolve(&process, &native_addrs, maps);
         }
         runtime.resolve();
         kernel_addrs.sort_unstable();

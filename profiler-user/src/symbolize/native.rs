@@ -42,7 +42,7 @@ use super::proc_maps::ProcMaps;
 use crate::{
     FastMap, FastSet,
     enrich::ProcessInfo,
-    sys::proc::{self, FileId},
+    sys::proc::{self, FileId, Mapping},
 };
 
 type ProcessKey = (u32, u64);
@@ -88,12 +88,20 @@ const MAX_FILE_NAMES: usize = 65_536;
 /// Reads of a process's mappings, at most one per this (garbage addresses
 /// outside code come at every drain, and a JVM's maps are long).
 const MAPS_REREAD: Duration = Duration::from_secs(5);
+/// A read again that found none of the addresses that called for it (they
+/// were garbage, not a library loaded since) doubles the wait for the
+/// next, up to this: a JVM's frame-pointer stacks bring such addresses
+/// all the time, and reading its maps every five seconds was most of the
+/// reads of maps on a Spark host.
+const MAPS_REREAD_MAX: Duration = Duration::from_secs(40);
 
 /// A process's executable mappings and the addresses found outside them.
 struct KnownMaps {
     /// `None`: unreadable (it exited, say); then no address is judged.
     maps: Option<ProcMaps>,
     read_at: Instant,
+    /// How long after `read_at` the maps may be read again.
+    reread_after: Duration,
     /// Addresses outside every mapping at the last read: not resolved
     /// again until the mappings are read again.
     not_code: FastSet<u64>,
@@ -115,10 +123,16 @@ struct InFile {
 }
 
 impl KnownMaps {
-    fn read(pid: u32) -> Self {
+    /// Process `pid`'s maps: `read` if given (read in this drain), else
+    /// read now.
+    fn read(pid: u32, read: Option<&[Mapping]>) -> Self {
         Self {
-            maps: ProcMaps::read(pid).ok(),
+            maps: match read {
+                Some(maps) => Some(ProcMaps::executable(maps)),
+                None => ProcMaps::read(pid).ok(),
+            },
             read_at: Instant::now(),
+            reread_after: MAPS_REREAD,
             not_code: FastSet::default(),
             files: FastMap::default(),
             given_to_blazesym: false,
@@ -177,8 +191,9 @@ impl NativeSymbolizer {
         (process.pid, process.start_ticks)
     }
 
-    /// Resolves the addresses of `process` not seen before.
-    pub fn resolve(&mut self, process: &ProcessInfo, addrs: &[u64]) {
+    /// Resolves the addresses of `process` not seen before; `maps`: its
+    /// memory maps if read in this drain already.
+    pub fn resolve(&mut self, process: &ProcessInfo, addrs: &[u64], maps: Option<&[Mapping]>) {
         let key = Self::key(process);
         let cache = self.names.entry(key).or_default();
         let not_code = self.maps.get(&key).map(|known| &known.not_code);
@@ -193,17 +208,29 @@ impl NativeSymbolizer {
             return;
         }
         // Code only: read the mappings again if an address is outside the
-        // ones known (a library loaded since; at most every MAPS_REREAD),
-        // then leave out, and remember, what is not code.
+        // ones known (a library loaded since; at most every MAPS_REREAD,
+        // less often while those reads find nothing new), then leave out,
+        // and remember, what is not code.
         let stale = match self.maps.get(&key) {
             None => true,
             Some(known) => {
-                known.read_at.elapsed() >= MAPS_REREAD
+                known.read_at.elapsed() >= known.reread_after
                     && todo.iter().any(|&addr| !known.covers(addr))
             }
         };
         if stale {
-            self.maps.insert(key, KnownMaps::read(process.pid));
+            let mut fresh = KnownMaps::read(process.pid, maps);
+            if let Some(before) = self.maps.get(&key) {
+                let found = todo
+                    .iter()
+                    .any(|&addr| !before.covers(addr) && fresh.covers(addr));
+                fresh.reread_after = if found {
+                    MAPS_REREAD
+                } else {
+                    (2 * before.reread_after).min(MAPS_REREAD_MAX)
+                };
+            }
+            self.maps.insert(key, fresh);
         }
         let known = self.maps.get_mut(&key).expect("just read");
         let (code, outside): (Vec<u64>, Vec<u64>) =
@@ -484,7 +511,7 @@ mod tests {
             .collect();
         let mut symbolizer = NativeSymbolizer::new();
         for batch in scattered.chunks(256) {
-            symbolizer.resolve(&process, batch);
+            symbolizer.resolve(&process, batch, None);
         }
         let code: Vec<u64> = addrs
             .iter()
@@ -579,7 +606,7 @@ mod tests {
             ..this_process()
         };
         let mut symbolizer = NativeSymbolizer::new();
-        symbolizer.resolve(&child_info, &[in_child]);
+        symbolizer.resolve(&child_info, &[in_child], None);
         let named = symbolizer.process(&child_info).name(in_child);
         assert!(named.contains("getpid"), "{named}");
         assert_eq!(symbolizer.elf_paths.len(), 1);
@@ -595,7 +622,7 @@ mod tests {
         assert!(!opened_by.exists(), "the child's path is gone");
 
         let process = this_process();
-        symbolizer.resolve(&process, &[getppid]);
+        symbolizer.resolve(&process, &[getppid], None);
         let named = symbolizer.process(&process).name(getppid);
         assert!(named.contains("getppid"), "{named}");
         assert_eq!(symbolizer.elf_paths.values().next(), Some(&opened_by));
@@ -605,7 +632,7 @@ mod tests {
         let file = *symbolizer.elf_paths.keys().next().unwrap();
         let mut fresh = NativeSymbolizer::new();
         fresh.elf_paths.insert(file, opened_by);
-        fresh.resolve(&process, &[getpid]);
+        fresh.resolve(&process, &[getpid], None);
         let named = fresh.process(&process).name(getpid);
         assert!(named.contains("getpid"), "{named}");
         let own = format!("/proc/{}/map_files", process.pid);
@@ -614,6 +641,40 @@ mod tests {
             "{:?}",
             fresh.elf_paths
         );
+    }
+
+    /// Addresses outside every mapping known call for the maps to be read
+    /// again; a read that finds none of them waits twice as long before the
+    /// next, one that finds code waits as little as ever, and maps given
+    /// (read this drain by the enrich stage) are taken as read.
+    #[test]
+    fn maps_read_again_for_garbage_wait_longer() {
+        let process = this_process();
+        let key = NativeSymbolizer::key(&process);
+        let function = sparkprof_native_test_function as *const () as u64 + 1;
+        let mut symbolizer = NativeSymbolizer::new();
+        let mut waited = |symbolizer: &mut NativeSymbolizer, addr: u64, maps| {
+            let known = symbolizer.maps.get_mut(&key).unwrap();
+            known.read_at -= known.reread_after;
+            symbolizer.resolve(&process, &[addr], maps);
+            symbolizer.maps[&key].reread_after
+        };
+        // Given maps without this binary's code: nothing is code.
+        symbolizer.resolve(&process, &[8], Some(&[]));
+        assert_eq!(symbolizer.maps[&key].reread_after, MAPS_REREAD);
+        assert_eq!(waited(&mut symbolizer, 16, Some(&[])), 2 * MAPS_REREAD);
+        assert_eq!(waited(&mut symbolizer, 24, Some(&[])), 4 * MAPS_REREAD);
+        // Read from /proc: the function is found, and named.
+        assert_eq!(waited(&mut symbolizer, function, None), MAPS_REREAD);
+        assert_eq!(
+            &*symbolizer.process(&process).name(function),
+            "sparkprof_native_test_function"
+        );
+        // Each a new garbage address: one known not to be code asks nothing.
+        for garbage in (32..).step_by(8).take(8) {
+            waited(&mut symbolizer, garbage, None);
+        }
+        assert_eq!(symbolizer.maps[&key].reread_after, MAPS_REREAD_MAX);
     }
 
     /// This process's own code is named; an address in its data (what a
@@ -625,7 +686,7 @@ mod tests {
         let function = sparkprof_native_test_function as *const () as u64 + 1;
         let data = std::hint::black_box(&SPARKPROF_NATIVE_TEST_DATA) as *const _ as u64 + 8;
         let mut symbolizer = NativeSymbolizer::new();
-        symbolizer.resolve(&process, &[function, data]);
+        symbolizer.resolve(&process, &[function, data], None);
         assert!(symbolizer.process(&process).is_code(function));
         assert_eq!(
             &*symbolizer.process(&process).name(function),
@@ -651,7 +712,7 @@ mod tests {
             start_ticks: 2,
             ..process
         };
-        symbolizer.resolve(&other, &[function]);
+        symbolizer.resolve(&other, &[function], None);
         assert_eq!(
             &*symbolizer.process(&other).name(function),
             "kept for the file"
@@ -673,7 +734,7 @@ mod tests {
             start_ticks: 3,
             ..other
         };
-        symbolizer.resolve(&third, &[function + 8]);
+        symbolizer.resolve(&third, &[function + 8], None);
         assert_eq!(
             &*symbolizer.process(&third).name(function + 8),
             "a known function"

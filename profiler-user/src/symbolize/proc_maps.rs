@@ -14,12 +14,13 @@ pub struct ProcMaps {
 
 impl ProcMaps {
     pub fn read(pid: u32) -> io::Result<Self> {
-        Ok(Self::executable(proc::read_maps(pid)?))
+        Ok(Self::executable(&proc::read_maps(pid)?))
     }
 
     /// The executable ones of a process's mappings.
-    fn executable(mappings: Vec<Mapping>) -> Self {
-        let mut mappings: Vec<Mapping> = mappings.into_iter().filter(|m| m.executable).collect();
+    pub fn executable(mappings: &[Mapping]) -> Self {
+        let mut mappings: Vec<Mapping> =
+            mappings.iter().filter(|m| m.executable).cloned().collect();
         mappings.sort_by_key(|m| m.start);
         Self { mappings }
     }
@@ -69,7 +70,7 @@ mod tests {
 
     #[test]
     fn describes_file_anonymous_and_special_mappings() {
-        let maps = ProcMaps::executable(proc::parse_maps(MAPS).unwrap());
+        let maps = ProcMaps::executable(&proc::parse_maps(MAPS).unwrap());
         assert_eq!(maps.describe(0x55d0c0a01010), "app+0x1010");
         assert_eq!(maps.describe(0x7f1000000010), "libc.so.6+0x28010");
         assert_eq!(maps.describe(0x7f0000000010), "[unknown]");

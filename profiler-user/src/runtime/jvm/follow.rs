@@ -28,6 +28,7 @@ use crate::{
     enrich::{EnrichedSample, ProcessInfo, name_history::ThreadDump},
     runtime::Runtime,
     symbolize::{Frame, FrameKind, RuntimeFrames, proc_maps::ProcMaps},
+    sys::proc::Mapping,
 };
 
 /// Thread-name prefixes (comm) of HotSpot's JIT compiler threads.
@@ -157,9 +158,9 @@ impl JvmRuntime {
 
     /// Reads what the kernel's walker needs from JVM `pid` and hands it
     /// over; a JVM not initialised yet is tried again next drain.
-    fn try_walk(&mut self, pid: u32, collector: &mut Collector) {
+    fn try_walk(&mut self, pid: u32, maps: Option<&[Mapping]>, collector: &mut Collector) {
         let walker = if self.walk {
-            self.read_walker(pid, collector)
+            self.read_walker(pid, maps, collector)
         } else {
             Walker::FramePointers("--no-java-walk".into())
         };
@@ -182,8 +183,8 @@ impl JvmRuntime {
     /// How JVM `pid`'s frames can be walked now: its structures read and
     /// handed to the kernel, not ready yet (tried again until
     /// [`HOTSPOT_READY_WITHIN`]), or frame pointers only, and why.
-    fn read_walker(&self, pid: u32, collector: &mut Collector) -> Walker {
-        let attempt = HotspotProcess::read(pid, self.archived.clone())
+    fn read_walker(&self, pid: u32, maps: Option<&[Mapping]>, collector: &mut Collector) -> Walker {
+        let attempt = HotspotProcess::read(pid, maps, self.archived.clone())
             .and_then(|process| Ok((process.proc_info()?, process)))
             .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
             .and_then(|(info, process)| {
@@ -237,10 +238,15 @@ impl Runtime for JvmRuntime {
 
     /// A JVM's renames are watched, and its Java frames walked by the
     /// kernel once its code cache is there.
-    fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector) {
+    fn discovered(
+        &mut self,
+        process: &ProcessInfo,
+        maps: Option<&[Mapping]>,
+        collector: &mut Collector,
+    ) {
         if let Some(libjvm) = process.runtime.libjvm() {
             self.names.watch(process.pid, libjvm, collector);
-            self.try_walk(process.pid, collector);
+            self.try_walk(process.pid, maps, collector);
         }
     }
 
@@ -253,7 +259,7 @@ impl Runtime for JvmRuntime {
             .map(|(&pid, _)| pid)
             .collect();
         for pid in pending {
-            self.try_walk(pid, collector);
+            self.try_walk(pid, None, collector);
         }
         // Java threads come and go: where a JVM published a new list of
         // them, the walker learns which `JavaThread` each thread is (a

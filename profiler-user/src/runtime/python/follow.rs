@@ -15,6 +15,7 @@ use crate::{
     enrich::{EnrichedSample, ProcessInfo},
     runtime::Runtime,
     symbolize::{Frame, FrameKind, RuntimeFrames, proc_maps::ProcMaps},
+    sys::proc::Mapping,
 };
 
 /// Drains over which a Python process whose interpreter was not found is
@@ -48,9 +49,14 @@ impl PythonRuntime {
         );
     }
 
-    /// Has the sampler follow a CPython process's Python frames.
-    fn follow(&mut self, pid: u32, collector: &mut Collector) {
-        match PythonProcess::probe(pid) {
+    /// Has the sampler follow a CPython process's Python frames; `maps`:
+    /// its memory maps if just read.
+    fn follow(&mut self, pid: u32, maps: Option<&[Mapping]>, collector: &mut Collector) {
+        let probed = match maps {
+            Some(maps) => PythonProcess::probe_mapped(pid, maps),
+            None => PythonProcess::probe(pid),
+        };
+        match probed {
             Ok(Some(python)) => {
                 let (major, minor) = python.version();
                 match collector.watch_python(pid, &python.kernel_offsets()) {
@@ -134,9 +140,14 @@ impl PythonRuntime {
 }
 
 impl Runtime for PythonRuntime {
-    fn discovered(&mut self, process: &ProcessInfo, collector: &mut Collector) {
+    fn discovered(
+        &mut self,
+        process: &ProcessInfo,
+        maps: Option<&[Mapping]>,
+        collector: &mut Collector,
+    ) {
         if process.is_python() {
-            self.follow(process.pid, collector);
+            self.follow(process.pid, maps, collector);
         }
     }
 
@@ -149,7 +160,7 @@ impl Runtime for PythonRuntime {
             .map(|(&pid, _)| pid)
             .collect();
         for pid in due {
-            self.follow(pid, collector);
+            self.follow(pid, None, collector);
         }
         // Python threads come and go: their thread states are read afresh
         // every drain (a thread younger than that has no Python frames yet).

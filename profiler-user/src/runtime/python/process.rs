@@ -41,16 +41,14 @@ pub fn proc_error(pid: u32, path: PathBuf, source: io::Error) -> PythonError {
     }
 }
 
-/// The file-backed mappings of a process.
-pub fn read_file_mappings(pid: u32) -> Result<Vec<FileMapping>, PythonError> {
-    let maps = proc::read_maps(pid)
-        .map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/maps")), e))?;
-    Ok(file_mappings(maps))
+/// The memory maps of a process.
+pub fn read_maps(pid: u32) -> Result<Vec<Mapping>, PythonError> {
+    proc::read_maps(pid).map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/maps")), e))
 }
 
 /// The file-backed ones of a process's mappings.
-pub fn file_mappings(maps: Vec<Mapping>) -> Vec<FileMapping> {
-    maps.into_iter()
+pub fn file_mappings(maps: &[Mapping]) -> Vec<FileMapping> {
+    maps.iter()
         .filter_map(|m| {
             Some(FileMapping {
                 start: m.start,
@@ -96,7 +94,7 @@ mod tests {
 7f30-7f40 rw-p 00000000 00:00 0 \n\
 7f40-7f50 r--p 00000000 08:01 99 /tmp/a b (deleted)
 7f50-7f60 r--p 00000000 00:00 0 [stack]";
-        let maps = file_mappings(proc::parse_maps(text).unwrap());
+        let maps = file_mappings(&proc::parse_maps(text).unwrap());
         assert_eq!(maps.len(), 3);
         assert_eq!(maps[1].offset, 0x10000);
         assert_eq!(maps[1].inode, 1234);

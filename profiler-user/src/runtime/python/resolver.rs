@@ -7,7 +7,7 @@ use std::{
     fmt,
     path::{Path, PathBuf},
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU32, Ordering},
     },
 };
@@ -15,7 +15,7 @@ use std::{
 use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
 use tracing::{debug, warn};
 
-use crate::collect::PythonThread;
+use crate::{collect::PythonThread, sys::proc::Mapping};
 
 use super::{
     memory::{self, Memory, ReadMemory as _},
@@ -67,6 +67,10 @@ pub struct PythonProcess {
     /// Where the C library keeps the thread id in `struct pthread`, once
     /// found ([`PY_NO_OFFSET`] until then).
     pthread_tid_offset: AtomicU32,
+    /// The thread states last listed and the threads they gave: while the
+    /// list is the same, so are the threads, and the process's thread
+    /// list (a directory of /proc, read at every drain) is not read again.
+    last_threads: Mutex<Option<(Vec<threads::RawThread>, Vec<PythonThread>)>>,
     /// Code objects read, by address, with the identity they had.
     codes: HashMap<u64, CachedCode>,
     /// This drain's code-object headers, read together at its start
@@ -114,7 +118,12 @@ impl PythonProcess {
     /// is unsupported (said in a debug log); `Err` only for real errors
     /// (process gone, files unreadable).
     pub fn probe(pid: u32) -> Result<Option<PythonProcess>, PythonError> {
-        let mappings = process::read_file_mappings(pid)?;
+        Self::probe_mapped(pid, &process::read_maps(pid)?)
+    }
+
+    /// [`Self::probe`], with the process's memory maps as just read.
+    pub fn probe_mapped(pid: u32, maps: &[Mapping]) -> Result<Option<PythonProcess>, PythonError> {
+        let mappings = process::file_mappings(maps);
         if mappings.is_empty() {
             debug!(
                 pid,
@@ -209,6 +218,7 @@ impl PythonProcess {
                     types,
                 },
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
+                last_threads: Mutex::new(None),
                 codes: HashMap::new(),
                 headers: Default::default(),
                 drain: 0,
@@ -284,11 +294,31 @@ impl PythonProcess {
         if self.offsets.version >= PythonVersion::new(3, 13) {
             raw.sort_by_key(|thread| thread.active != Some(true));
         }
+        let mut last = self
+            .last_threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((listed, threads)) = &*last
+            && *listed == raw
+        {
+            return Ok(threads.clone());
+        }
+        let threads = self.live_thread_states(&raw)?;
+        *last = Some((raw, threads.clone()));
+        Ok(threads)
+    }
+
+    /// The live threads of these thread states (see [`Self::threads`]).
+    fn live_thread_states(
+        &self,
+        raw: &[threads::RawThread],
+    ) -> Result<Vec<PythonThread>, PythonError> {
+        let memory = &self.reader.memory;
         let live = process::live_threads(self.pid, self.nested)?;
         let mut result = Vec::with_capacity(raw.len());
         let mut listed = HashSet::new();
         let mut via_pthread = Vec::new();
-        for thread in &raw {
+        for thread in raw {
             match thread.native_id.and_then(|id| u32::try_from(id).ok()) {
                 Some(id) if live.contains_key(&id) => {
                     let host = live[&id];

@@ -35,7 +35,7 @@ use crate::{
     FastMap,
     sys::{
         memory::{CachedMemory, HeldOnly, Memory, ReadMemory},
-        proc,
+        proc::{self, Mapping},
     },
 };
 
@@ -210,15 +210,27 @@ impl HotspotProcess {
 
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
     /// code cache (not ready until the JVM has initialised it).
-    /// `archived`: the names of archived methods every JVM's reader shares.
-    pub fn read(pid: u32, archived: SharedArchivedNames) -> Result<Self, HotspotError> {
+    /// `maps`: its memory maps if just read (else read here); `archived`:
+    /// the names of archived methods every JVM's reader shares.
+    pub fn read(
+        pid: u32,
+        maps: Option<&[Mapping]>,
+        archived: SharedArchivedNames,
+    ) -> Result<Self, HotspotError> {
         // The tables' entries and the names they point to lie side by
         // side in libjvm: read a block at a time, not a field or a 64-byte
         // piece of a name at a time (some 5,600 reads a JVM otherwise).
         let mut memory = CachedMemory::new(Memory::new(pid));
-        let maps = proc::read_maps(pid).map_err(|source| HotspotError::Maps { pid, source })?;
-        let tables = VmStructs::read(&memory, &libjvm::table_symbols_mapped(pid, &maps)?)?;
-        let archive = ArchiveRegions::of(pid, &maps);
+        let read;
+        let maps = match maps {
+            Some(maps) => maps,
+            None => {
+                read = proc::read_maps(pid).map_err(|source| HotspotError::Maps { pid, source })?;
+                &read
+            }
+        };
+        let tables = VmStructs::read(&memory, &libjvm::table_symbols_mapped(pid, maps)?)?;
+        let archive = ArchiveRegions::of(pid, maps);
         let layout = HotspotLayout::from_tables(&tables)?;
         let cache = CodeCache::read(&memory, &layout)?;
         let inlining = LineLayout::from_tables(&memory, &tables)
