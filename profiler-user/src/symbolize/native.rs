@@ -653,7 +653,7 @@ mod tests {
         let key = NativeSymbolizer::key(&process);
         let function = sparkprof_native_test_function as *const () as u64 + 1;
         let mut symbolizer = NativeSymbolizer::new();
-        let mut waited = |symbolizer: &mut NativeSymbolizer, addr: u64, maps| {
+        let waited = |symbolizer: &mut NativeSymbolizer, addr: u64, maps| {
             let known = symbolizer.maps.get_mut(&key).unwrap();
             known.read_at -= known.reread_after;
             symbolizer.resolve(&process, &[addr], maps);
