@@ -73,6 +73,10 @@ pub trait ReadMemory {
             let len = BLOCK.min(to_page_end).min(max - bytes.len());
             self.read(at, &mut block[..len])?;
             match block[..len].iter().position(|&b| b == 0) {
+                // Most strings end in their first block: no buffer.
+                Some(end) if bytes.is_empty() => {
+                    return Ok(String::from_utf8_lossy(&block[..end]).into_owned());
+                }
                 Some(end) => {
                     bytes.extend_from_slice(&block[..end]);
                     return Ok(String::from_utf8_lossy(&bytes).into_owned());

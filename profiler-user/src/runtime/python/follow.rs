@@ -264,8 +264,8 @@ impl PythonRuntime {
             return frames;
         };
         for frame in stack.frames.iter().rev() {
-            let name: Arc<str> = match python.frame_name(frame) {
-                Ok(name) => name.into(),
+            let name: Arc<str> = match python.frame_named(frame) {
+                Ok(name) => name,
                 Err(err) => {
                     debug!(pid, code = frame.code, "Python frame not named: {err}");
                     "[unknown python frame]".into()

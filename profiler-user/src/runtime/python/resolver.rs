@@ -87,7 +87,13 @@ pub struct PythonProcess {
 struct CachedCode {
     info: CodeInfo,
     checked_in: u64,
+    /// Frame names by instruction ([`PythonProcess::frame_named`]).
+    named: crate::FastMap<u64, Arc<str>>,
 }
+
+/// Instructions whose frame names a code object keeps; past this it starts
+/// over (a long function samples at many places).
+const MAX_NAMED_INSTRUCTIONS: usize = 256;
 
 impl fmt::Debug for PythonProcess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -398,6 +404,31 @@ impl PythonProcess {
         Ok(self.frame_location(frame)?.to_string())
     }
 
+    /// [`Self::frame_name`], shared: a code object keeps the names of its
+    /// instructions named so far (a busy thread's samples repeat the same
+    /// few frames, and formatting each anew was a tenth of the allocations
+    /// sparkprof made on a Spark host). They go with the code object when
+    /// its identity changes.
+    pub fn frame_named(&mut self, frame: &PythonFrame) -> Result<Arc<str>, PythonError> {
+        let offsets = self.offsets;
+        let cached = self.checked_code(frame.code)?;
+        if let Some(name) = cached.named.get(&frame.instr) {
+            return Ok(name.clone());
+        }
+        let info = &cached.info;
+        let location = FrameLocation {
+            function: info.function.clone(),
+            file: info.file.clone(),
+            line: info.line(offsets, frame.code, frame.instr),
+        };
+        let name: Arc<str> = location.to_string().into();
+        if cached.named.len() >= MAX_NAMED_INSTRUCTIONS {
+            cached.named.clear();
+        }
+        cached.named.insert(frame.instr, name.clone());
+        Ok(name)
+    }
+
     /// Where a frame is: its code object's `co_qualname` (3.11+) or
     /// `co_name`, `co_filename`, and the line of the recorded instruction
     /// from the version's line table.
@@ -421,34 +452,40 @@ impl PythonProcess {
     /// same header would only tell the same (a busy Python thread's drain
     /// has the same few code objects in hundreds of frames).
     pub fn frame_location(&mut self, frame: &PythonFrame) -> Result<FrameLocation, PythonError> {
-        let checked = self
-            .codes
-            .get(&frame.code)
-            .is_some_and(|cached| cached.checked_in == self.drain);
-        let header = if checked {
-            None
-        } else if let Some(header) = self.headers.remove(&frame.code) {
-            Some(header)
-        } else {
-            match self.reader.read_code_header(frame.code) {
-                Ok(header) => Some(header),
-                Err(e) if e.is_process_gone() && self.codes.contains_key(&frame.code) => None,
-                Err(e) => {
-                    self.codes.remove(&frame.code);
-                    return Err(e);
-                }
-            }
-        };
         let offsets = self.offsets;
-        let drain = self.drain;
-        let cached = self.code(frame.code, header)?;
-        cached.checked_in = drain;
-        let info = &cached.info;
+        let info = &self.checked_code(frame.code)?.info;
         Ok(FrameLocation {
             function: info.function.clone(),
             file: info.file.clone(),
             line: info.line(offsets, frame.code, frame.instr),
         })
+    }
+
+    /// The code object at `code`, its identity checked once in this drain
+    /// (see [`Self::frame_location`]).
+    fn checked_code(&mut self, code: u64) -> Result<&mut CachedCode, PythonError> {
+        let checked = self
+            .codes
+            .get(&code)
+            .is_some_and(|cached| cached.checked_in == self.drain);
+        let header = if checked {
+            None
+        } else if let Some(header) = self.headers.remove(&code) {
+            Some(header)
+        } else {
+            match self.reader.read_code_header(code) {
+                Ok(header) => Some(header),
+                Err(e) if e.is_process_gone() && self.codes.contains_key(&code) => None,
+                Err(e) => {
+                    self.codes.remove(&code);
+                    return Err(e);
+                }
+            }
+        };
+        let drain = self.drain;
+        let cached = self.code(code, header)?;
+        cached.checked_in = drain;
+        Ok(cached)
     }
 
     /// The code object at `addr`, from the cache if its identity still
@@ -478,6 +515,7 @@ impl PythonProcess {
                 CachedCode {
                     info,
                     checked_in: u64::MAX,
+                    named: Default::default(),
                 },
             );
         }

@@ -4,6 +4,8 @@
 //! name, and the method's name at its constant-pool index; both are
 //! `Symbol`s (a length and UTF-8 bytes).
 
+use std::sync::Arc;
+
 use super::{HotspotError, layout::HotspotLayout};
 use crate::{FastMap, sys::memory::ReadMemory};
 
@@ -14,8 +16,8 @@ const MAX_SYMBOL: u64 = 4096;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MethodName {
     /// Internal form, e.g. `java/lang/Thread`.
-    pub class: String,
-    pub method: String,
+    pub class: Arc<str>,
+    pub method: Arc<str>,
 }
 
 impl MethodName {
@@ -28,7 +30,13 @@ impl MethodName {
             Some((class, address)) if address.bytes().all(|b| b.is_ascii_hexdigit()) => class,
             _ => &self.class,
         };
-        format!("{}.{}", class.replace('/', "."), self.method)
+        // One allocation: thousands of names are made in a JVM's first
+        // minute.
+        let mut readable = String::with_capacity(class.len() + 1 + self.method.len());
+        readable.extend(class.chars().map(|c| if c == '/' { '.' } else { c }));
+        readable.push('.');
+        readable.push_str(&self.method);
+        readable
     }
 }
 
@@ -39,11 +47,11 @@ pub struct NamesRead {
     /// Class names by constant pool (every method of a class shares its
     /// pool): the class half of a name costs no read after the first
     /// method.
-    classes: FastMap<u64, String>,
+    classes: FastMap<u64, Arc<str>>,
     /// Method names by `Symbol*`: HotSpot interns symbols, and one name
     /// serves many methods (an executor's 7,992 methods had 4,319 names,
     /// 697 of them `apply`), so a known name costs no read.
-    symbols: FastMap<u64, String>,
+    symbols: FastMap<u64, Arc<str>>,
 }
 
 impl NamesRead {
@@ -128,7 +136,19 @@ fn const_method_fields(
         layout.const_method_name_index,
     );
     let (start, len) = const_method_span(layout);
-    let block = memory.read_vec(const_method + start, len)?;
+    // Read onto the stack: the two fields lie a few bytes apart.
+    let mut buf = [0u8; 64];
+    let heap;
+    let block: &[u8] = match buf.get_mut(..len) {
+        Some(block) => {
+            memory.read(const_method + start, block)?;
+            block
+        }
+        None => {
+            heap = memory.read_vec(const_method + start, len)?;
+            &heap
+        }
+    };
     let at = |offset: u64| (offset - start) as usize;
     let pool = u64::from_le_bytes(block[at(constants)..at(constants) + 8].try_into().unwrap());
     let index = u16::from_le_bytes(
@@ -157,11 +177,23 @@ fn symbol(
     memory: &impl ReadMemory,
     layout: &HotspotLayout,
     address: u64,
-) -> Result<String, HotspotError> {
+) -> Result<Arc<str>, HotspotError> {
     let (length_at, body_at) = (layout.symbol_length, layout.symbol_body);
-    // The length and the first bytes in one read; the rest if longer.
+    // The length and the first bytes in one read (onto the stack); the
+    // rest if longer.
     let (first, len) = symbol_head(layout, address);
-    let head = memory.read_vec(first, len)?;
+    let mut buf = [0u8; 256];
+    let head_vec;
+    let head: &[u8] = match buf.get_mut(..len) {
+        Some(head) => {
+            memory.read(first, head)?;
+            head
+        }
+        None => {
+            head_vec = memory.read_vec(first, len)?;
+            &head_vec
+        }
+    };
     let at = |offset: u64| (address + offset - first) as usize;
     let length = match head.get(at(length_at)..at(length_at) + 2) {
         Some(bytes) => u64::from(u16::from_le_bytes(bytes.try_into().unwrap())),
@@ -172,11 +204,15 @@ fn symbol(
             "a symbol of {length} bytes at {address:#x}"
         )));
     }
+    let rest;
     let bytes = match head.get(at(body_at)..at(body_at) + length as usize) {
-        Some(bytes) => bytes.to_vec(),
-        None => memory.read_vec(address + body_at, length as usize)?,
+        Some(bytes) => bytes,
+        None => {
+            rest = memory.read_vec(address + body_at, length as usize)?;
+            &rest
+        }
     };
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(Arc::from(String::from_utf8_lossy(bytes)))
 }
 
 #[cfg(test)]

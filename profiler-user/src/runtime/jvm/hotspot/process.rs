@@ -121,8 +121,10 @@ pub struct HotspotProcess {
     /// In a PID namespace of its own (its thread ids are not the host's):
     /// its thread ids → the host's, as last read from /proc, and when.
     host_ids: Option<(HashMap<u32, u32>, Option<Instant>)>,
-    /// `Method*` → its name (`None`: not a readable method).
-    methods: FastMap<u64, Option<Arc<str>>>,
+    /// `Method*` → its name, as an interpreted frame's methods (one, not
+    /// inlined: every interpreted frame of it shares them); `None`: not a
+    /// readable method.
+    methods: FastMap<u64, Option<Arc<[JavaMethod]>>>,
     /// Class and method names read, kept and let go with `methods`.
     names_read: NamesRead,
     /// Where it maps CDS archives, whose methods' names every JVM shares
@@ -171,6 +173,14 @@ fn read_method_name(
         archived.insert(at, name.clone());
     }
     Some(name)
+}
+
+/// The methods of an interpreted frame of the method called `name`.
+fn interpreted(name: Arc<str>) -> Arc<[JavaMethod]> {
+    Arc::from([JavaMethod {
+        name,
+        inlined: false,
+    }])
 }
 
 /// A code-cache address as [`HotspotProcess::name_address`] named it.
@@ -403,12 +413,7 @@ impl HotspotProcess {
     /// stack (its pc is where the thread was, not a return address).
     pub fn name(&mut self, frame: &HotspotFrame, leaf: bool) -> RecordedName {
         let methods = match frame.kind {
-            hotspot_frame::INTERPRETED => self.method(frame.address).map(|name| {
-                Arc::from([JavaMethod {
-                    name,
-                    inlined: false,
-                }])
-            }),
+            hotspot_frame::INTERPRETED => self.interpreted(frame.address),
             hotspot_frame::COMPILED | hotspot_frame::STUB => {
                 self.code(frame.address, frame.kind, frame.data, leaf)
             }
@@ -482,10 +487,7 @@ impl HotspotProcess {
             }
             BlobKind::Stub(_) => (hotspot_frame::STUB, 0),
             BlobKind::Interpreter => {
-                let name = RecordedName::Java(Arc::from([JavaMethod {
-                    name: Arc::from("Interpreter"),
-                    inlined: false,
-                }]));
+                let name = RecordedName::Java(interpreted(Arc::from("Interpreter")));
                 return (name, mark);
             }
         };
@@ -542,7 +544,7 @@ impl HotspotProcess {
                 read_method_name(memory, layout, names_read, archive, &mut archived, method)
                 && methods.len() < MAX_CACHED
             {
-                methods.insert(method, Some(name));
+                methods.insert(method, Some(interpreted(name)));
             }
         };
         memory.prefetch_rounds(pending, |memory, &(pc, kind, compile_id, leaf)| {
@@ -609,8 +611,13 @@ impl HotspotProcess {
     }
 
     fn method(&mut self, method: u64) -> Option<Arc<str>> {
-        if let Some(name) = self.methods.get(&method) {
-            return name.clone();
+        Some(self.interpreted(method)?[0].name.clone())
+    }
+
+    /// The methods of an interpreted frame of `method`.
+    fn interpreted(&mut self, method: u64) -> Option<Arc<[JavaMethod]>> {
+        if let Some(methods) = self.methods.get(&method) {
+            return methods.clone();
         }
         if self.methods.len() >= MAX_CACHED {
             self.methods.clear();
@@ -623,7 +630,8 @@ impl HotspotProcess {
             &self.archive,
             &mut self.archived.lock().unwrap_or_else(PoisonError::into_inner),
             method,
-        );
+        )
+        .map(interpreted);
         self.methods.insert(method, name.clone());
         name
     }
