@@ -467,6 +467,21 @@ impl Started {
         self.child.as_ref().unwrap().id()
     }
 
+    /// `code` run by Python 3.`minor` (`python -I -c code`).
+    fn python_code(minor: u8, code: &str) -> Self {
+        let mut command = Command::new(interpreter(minor));
+        command.args(["-I", "-c", code]);
+        Self::spawn(command)
+    }
+
+    /// The number the next line gives after `prefix` (a thread's id).
+    fn id_after(&self, prefix: &str) -> u32 {
+        let line = self.line();
+        line.strip_prefix(prefix)
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+    }
+
     fn line(&self) -> String {
         self.lines
             .recv_timeout(Duration::from_secs(30))
@@ -1044,15 +1059,8 @@ time.sleep(600)
 /// the worker keeps its main-interpreter frames, and the main thread, asleep,
 /// keeps its own rather than taking code it does not run.
 fn check_sub_interpreter(minor: u8) {
-    let python = interpreter(minor);
-    let mut command = Command::new(&python);
-    command.args(["-I", "-c", SUB_INTERPRETER_SCRIPT]);
-    let started = Started::spawn(command);
-    let line = started.line();
-    let worker: u32 = line
-        .strip_prefix("ready ")
-        .and_then(|id| id.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let started = Started::python_code(minor, SUB_INTERPRETER_SCRIPT);
+    let worker = started.id_after("ready ");
     let pid = started.pid();
     let mut process = PythonProcess::probe(pid).unwrap().unwrap();
     let threads = process.threads().unwrap();
@@ -1126,10 +1134,7 @@ time.sleep(60)
 /// that ends, though the process's thread list is read only when the
 /// interpreter's thread states changed.
 fn check_threads_come_and_go(minor: u8) {
-    let python = interpreter(minor);
-    let mut command = Command::new(&python);
-    command.args(["-I", "-c", THREAD_COMES_AND_GOES_SCRIPT]);
-    let started = Started::spawn(command);
+    let started = Started::python_code(minor, THREAD_COMES_AND_GOES_SCRIPT);
     assert_eq!(started.line(), "ready");
     let pid = started.pid();
     wait_until_asleep(pid, 1);
@@ -1142,11 +1147,7 @@ fn check_threads_come_and_go(minor: u8) {
         "3.{minor} before"
     );
     assert_eq!(process.threads().unwrap(), alone, "3.{minor} again");
-    let line = started.line();
-    let worker: u32 = line
-        .strip_prefix("started ")
-        .and_then(|id| id.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let worker = started.id_after("started ");
     wait_until_asleep(pid, 2);
     let both = process.threads().unwrap();
     assert_eq!(
