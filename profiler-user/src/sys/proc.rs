@@ -7,6 +7,7 @@
 //! command line, environment, parent, comm and start time.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     fs, io,
     os::unix::fs::MetadataExt as _,
@@ -145,6 +146,16 @@ impl Mapping {
 pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
     let maps = process(pid)?.maps().map_err(io_error)?;
     Ok(maps.into_iter().map(Mapping::from_procfs).collect())
+}
+
+/// The mappings of process `pid` a caller already has (read in this
+/// drain), else read now: the stages that may be handed a process's maps
+/// fall back to reading them here.
+pub fn maps_or_read(pid: u32, maps: Option<&[Mapping]>) -> io::Result<Cow<'_, [Mapping]>> {
+    match maps {
+        Some(maps) => Ok(Cow::Borrowed(maps)),
+        None => read_maps(pid).map(Cow::Owned),
+    }
 }
 
 /// Mappings from the text of a maps file (tests, and readers of a saved one).

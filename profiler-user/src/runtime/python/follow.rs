@@ -52,11 +52,7 @@ impl PythonRuntime {
     /// Has the sampler follow a CPython process's Python frames; `maps`:
     /// its memory maps if just read.
     fn follow(&mut self, pid: u32, maps: Option<&[Mapping]>, collector: &mut Collector) {
-        let probed = match maps {
-            Some(maps) => PythonProcess::probe_mapped(pid, maps),
-            None => PythonProcess::probe(pid),
-        };
-        match probed {
+        match PythonProcess::probe_mapped(pid, maps) {
             Ok(Some(python)) => {
                 let (major, minor) = python.version();
                 match collector.watch_python(pid, &python.kernel_offsets()) {

@@ -41,11 +41,6 @@ pub fn proc_error(pid: u32, path: PathBuf, source: io::Error) -> PythonError {
     }
 }
 
-/// The memory maps of a process.
-pub fn read_maps(pid: u32) -> Result<Vec<Mapping>, PythonError> {
-    proc::read_maps(pid).map_err(|e| proc_error(pid, PathBuf::from(format!("/proc/{pid}/maps")), e))
-}
-
 /// The file-backed ones of a process's mappings.
 pub fn file_mappings(maps: &[Mapping]) -> Vec<FileMapping> {
     maps.iter()

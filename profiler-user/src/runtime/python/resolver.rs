@@ -15,7 +15,10 @@ use std::{
 use profiler_common::{PY_NO_OFFSET, PythonFrame, PythonOffsets};
 use tracing::{debug, warn};
 
-use crate::{collect::PythonThread, sys::proc::Mapping};
+use crate::{
+    collect::PythonThread,
+    sys::proc::{self, Mapping},
+};
 
 use super::{
     memory::{self, Memory, ReadMemory as _},
@@ -91,6 +94,17 @@ struct CachedCode {
     named: crate::FastMap<u64, Arc<str>>,
 }
 
+impl CachedCode {
+    /// Where `frame`, of this code object, is.
+    fn location(&self, offsets: &StructOffsets, frame: &PythonFrame) -> FrameLocation {
+        FrameLocation {
+            function: self.info.function.clone(),
+            file: self.info.file.clone(),
+            line: self.info.line(offsets, frame.code, frame.instr),
+        }
+    }
+}
+
 /// Instructions whose frame names a code object keeps; past this it starts
 /// over (a long function samples at many places).
 const MAX_NAMED_INSTRUCTIONS: usize = 256;
@@ -124,12 +138,17 @@ impl PythonProcess {
     /// is unsupported (said in a debug log); `Err` only for real errors
     /// (process gone, files unreadable).
     pub fn probe(pid: u32) -> Result<Option<PythonProcess>, PythonError> {
-        Self::probe_mapped(pid, &process::read_maps(pid)?)
+        Self::probe_mapped(pid, None)
     }
 
-    /// [`Self::probe`], with the process's memory maps as just read.
-    pub fn probe_mapped(pid: u32, maps: &[Mapping]) -> Result<Option<PythonProcess>, PythonError> {
-        let mappings = process::file_mappings(maps);
+    /// [`Self::probe`], with the process's memory maps if just read.
+    pub fn probe_mapped(
+        pid: u32,
+        maps: Option<&[Mapping]>,
+    ) -> Result<Option<PythonProcess>, PythonError> {
+        let maps = proc::maps_or_read(pid, maps)
+            .map_err(|e| process::proc_error(pid, PathBuf::from(format!("/proc/{pid}/maps")), e))?;
+        let mappings = process::file_mappings(&maps);
         if mappings.is_empty() {
             debug!(
                 pid,
@@ -415,13 +434,7 @@ impl PythonProcess {
         if let Some(name) = cached.named.get(&frame.instr) {
             return Ok(name.clone());
         }
-        let info = &cached.info;
-        let location = FrameLocation {
-            function: info.function.clone(),
-            file: info.file.clone(),
-            line: info.line(offsets, frame.code, frame.instr),
-        };
-        let name: Arc<str> = location.to_string().into();
+        let name: Arc<str> = cached.location(offsets, frame).to_string().into();
         if cached.named.len() >= MAX_NAMED_INSTRUCTIONS {
             cached.named.clear();
         }
@@ -453,12 +466,7 @@ impl PythonProcess {
     /// has the same few code objects in hundreds of frames).
     pub fn frame_location(&mut self, frame: &PythonFrame) -> Result<FrameLocation, PythonError> {
         let offsets = self.offsets;
-        let info = &self.checked_code(frame.code)?.info;
-        Ok(FrameLocation {
-            function: info.function.clone(),
-            file: info.file.clone(),
-            line: info.line(offsets, frame.code, frame.instr),
-        })
+        Ok(self.checked_code(frame.code)?.location(offsets, frame))
     }
 
     /// The code object at `code`, its identity checked once in this drain

@@ -231,16 +231,10 @@ impl HotspotProcess {
         // side in libjvm: read a block at a time, not a field or a 64-byte
         // piece of a name at a time (some 5,600 reads a JVM otherwise).
         let mut memory = CachedMemory::new(Memory::new(pid));
-        let read;
-        let maps = match maps {
-            Some(maps) => maps,
-            None => {
-                read = proc::read_maps(pid).map_err(|source| HotspotError::Maps { pid, source })?;
-                &read
-            }
-        };
-        let tables = VmStructs::read(&memory, &libjvm::table_symbols_mapped(pid, maps)?)?;
-        let archive = ArchiveRegions::of(pid, maps);
+        let maps =
+            proc::maps_or_read(pid, maps).map_err(|source| HotspotError::Maps { pid, source })?;
+        let tables = VmStructs::read(&memory, &libjvm::table_symbols_mapped(pid, &maps)?)?;
+        let archive = ArchiveRegions::of(pid, &maps);
         let layout = HotspotLayout::from_tables(&tables)?;
         let cache = CodeCache::read(&memory, &layout)?;
         let inlining = LineLayout::from_tables(&memory, &tables)
