@@ -289,8 +289,13 @@ const BLOCK: u64 = 1024;
 const MAX_CACHED_BLOCKS: usize = 4096;
 /// The most a [`CachedMemory`]'s blocks take.
 const MAX_CACHED_BYTES: usize = MAX_CACHED_BLOCKS * BLOCK as usize;
-/// Reads longer than this go straight to the process.
+/// Reads longer than this go straight to the process, unless a prefetch
+/// brought every block of them (see [`MAX_HELD_READ`]).
 const MAX_CACHED_READ: usize = 2 * BLOCK as usize;
+/// The longest read a prefetch holds the blocks of: a compiled method's
+/// `PcDesc`s are read whole (a large C2 method has a few thousand, tens
+/// of KiB), and left out of the prefetch they were a system call each.
+const MAX_HELD_READ: usize = 64 * BLOCK as usize;
 /// Blocks one system call of [`CachedMemory::prefetch`] reads (the
 /// kernel's `UIO_MAXIOV`).
 const MAX_BLOCKS_PER_CALL: usize = 1024;
@@ -323,6 +328,15 @@ struct Blocks {
     bytes: Vec<u8>,
 }
 
+/// What [`Blocks::copy`] found.
+enum Held {
+    Copied,
+    /// A block of the read is known to be unreadable.
+    Unreadable,
+    /// A block of the read is not held.
+    Lacking,
+}
+
 impl Blocks {
     fn clear(&mut self) {
         // Room for what the last drain used, and no more than four times
@@ -333,6 +347,27 @@ impl Blocks {
         }
         self.at.clear();
         self.bytes.clear();
+    }
+
+    /// Copies `buf.len()` bytes at `addr` from the blocks held, as far as
+    /// they go.
+    fn copy(&self, addr: u64, buf: &mut [u8]) -> Held {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = addr + done as u64;
+            let block = at & !(BLOCK - 1);
+            let len = (buf.len() - done).min((block + BLOCK - at) as usize);
+            match self.at.get(&block) {
+                Some(Some(start)) => {
+                    let from = start + (at - block) as usize;
+                    buf[done..done + len].copy_from_slice(&self.bytes[from..from + len]);
+                }
+                Some(None) => return Held::Unreadable,
+                None => return Held::Lacking,
+            }
+            done += len;
+        }
+        Held::Copied
     }
 
     /// Room for `count` more blocks at the end of `bytes`: where it starts.
@@ -385,11 +420,11 @@ impl CachedMemory {
     /// Spark executor's first minute brings thousands of new methods).
     /// Only blocks read whole are kept; one that cannot be read is left to
     /// the read that wants it, which reports why. Ranges of garbage, or
-    /// too long to be cached, are left out.
+    /// longer than [`MAX_HELD_READ`], are left out.
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
         let mut wanted: Vec<u64> = Vec::new();
         for (addr, len) in ranges {
-            if len == 0 || len > MAX_CACHED_READ || !in_user_space(addr, len) {
+            if len == 0 || len > MAX_HELD_READ || !in_user_space(addr, len) {
                 continue;
             }
             let last = (addr + len as u64 - 1) & !(BLOCK - 1);
@@ -481,6 +516,7 @@ impl CachedMemory {
             let held = HeldOnly {
                 memory: self,
                 lacking: Default::default(),
+                refused: Default::default(),
             };
             items.retain(|item| {
                 let before = held.lacking.borrow().len();
@@ -503,11 +539,22 @@ impl CachedMemory {
 
 /// A [`CachedMemory`]'s blocks as held, for a round of
 /// [`CachedMemory::prefetch_rounds`]: a read of a block not held fails and
-/// notes it; one known to be unreadable, too long to cache, or garbage
-/// fails without a note.
+/// notes it; one known to be unreadable, or garbage, fails as it would
+/// from the process; one too long to hold fails and is counted (the read
+/// from the process might not).
 pub struct HeldOnly<'a> {
     memory: &'a CachedMemory,
     lacking: std::cell::RefCell<Vec<(u64, usize)>>,
+    refused: std::cell::Cell<usize>,
+}
+
+impl HeldOnly<'_> {
+    /// Reads so far that failed here but might not from the process (not
+    /// held yet, or too long to hold): what a probe computed between two
+    /// equal counts is what a read of the cache gives, and may be kept.
+    pub fn misses(&self) -> usize {
+        self.lacking.borrow().len() + self.refused.get()
+    }
 }
 
 impl ReadMemory for HeldOnly<'_> {
@@ -521,33 +568,49 @@ impl ReadMemory for HeldOnly<'_> {
         if len == 0 {
             return Ok(());
         }
-        if len > MAX_CACHED_READ || !in_user_space(addr, len) {
+        if !in_user_space(addr, len) {
             return Err(refuse());
         }
-        let first = addr & !(BLOCK - 1);
-        let last = (addr + len as u64 - 1) & !(BLOCK - 1);
-        let pages = memory.pages.borrow();
-        let mut block = first;
-        while block <= last {
-            match pages.at.get(&block) {
-                Some(Some(_)) => {}
-                Some(None) => return Err(refuse()),
-                None => {
-                    self.lacking.borrow_mut().push((addr, len));
-                    return Err(refuse());
-                }
-            }
-            block += BLOCK;
+        if len > MAX_HELD_READ {
+            self.refused.set(self.refused.get() + 1);
+            return Err(refuse());
         }
-        drop(pages);
-        memory.read(addr, buf)
+        match memory.pages.borrow().copy(addr, buf) {
+            Held::Copied => Ok(()),
+            Held::Unreadable => Err(refuse()),
+            Held::Lacking => {
+                self.lacking.borrow_mut().push((addr, len));
+                Err(refuse())
+            }
+        }
     }
 }
 
 impl ReadMemory for CachedMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        if buf.len() > MAX_CACHED_READ || !in_user_space(addr, buf.len()) {
+        if !in_user_space(addr, buf.len()) {
             return self.memory.read(addr, buf);
+        }
+        if buf.len() > MAX_CACHED_READ {
+            // Held if a prefetch brought it; never read into the cache.
+            if buf.len() <= MAX_HELD_READ
+                && let Held::Copied = self.pages.borrow().copy(addr, buf)
+            {
+                return Ok(());
+            }
+            return self.memory.read(addr, buf);
+        }
+        // Most reads of a drain are of blocks its prefetch brought.
+        match self.pages.borrow().copy(addr, buf) {
+            Held::Copied => return Ok(()),
+            Held::Unreadable => {
+                return Err(self.memory.fault(
+                    addr,
+                    buf.len(),
+                    io::Error::from_raw_os_error(libc::EFAULT),
+                ));
+            }
+            Held::Lacking => {}
         }
         let mut done = 0;
         while done < buf.len() {

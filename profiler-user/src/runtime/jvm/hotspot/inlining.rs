@@ -157,9 +157,8 @@ impl InliningLayout {
         let mut methods = Vec::new();
         let mut offset = decode_offset;
         while offset > 0 && methods.len() < MAX_SCOPES {
-            let bytes = memory
-                .read_vec(info.scopes_data + offset, SCOPE_BYTES)
-                .ok()?;
+            let mut bytes = [0u8; SCOPE_BYTES];
+            memory.read(info.scopes_data + offset, &mut bytes).ok()?;
             let mut stream = bytes.into_iter();
             let sender = unsigned5(&mut stream, self.unsigned5_excluded)?;
             let index = unsigned5(&mut stream, self.unsigned5_excluded)?;

@@ -64,6 +64,59 @@ struct CompiledCode {
     chains: FastMap<u64, Arc<[JavaMethod]>>,
 }
 
+/// The compiled methods of a JVM seen in samples, by their blob's
+/// address, within bounds: at most [`MAX_COMPILED`] of them and
+/// [`MAX_PC_DESCS`] `PcDesc`s in all, past which they start over.
+#[derive(Default)]
+struct CompiledMethods {
+    by_address: BTreeMap<u64, CompiledCode>,
+    /// `PcDesc`s of them all.
+    descs: usize,
+}
+
+impl CompiledMethods {
+    /// The one that holds `pc` with this compile id.
+    fn at(&self, pc: u64, compile_id: u32) -> Option<&CompiledCode> {
+        let (_, code) = self.by_address.range(..=pc).next_back()?;
+        (pc < code.end && code.blob.compile_id == compile_id).then_some(code)
+    }
+
+    /// Keeps a compiled method's blob (in a heap block that ends at `end`)
+    /// and debug info, in place of any it overlaps (freed since, its
+    /// memory reused); returns its address.
+    fn keep(&mut self, blob: CodeBlob, end: u64, debug: Option<DebugInfo>) -> u64 {
+        let descs = debug.as_ref().map_or(0, DebugInfo::len);
+        if self.by_address.len() >= MAX_COMPILED || self.descs + descs > MAX_PC_DESCS {
+            self.by_address.clear();
+            self.descs = 0;
+        }
+        let address = blob.address;
+        let overlapping: Vec<u64> = self
+            .by_address
+            .range(..end)
+            .rev()
+            .take_while(|(_, code)| code.end > address)
+            .map(|(&at, _)| at)
+            .collect();
+        for at in overlapping {
+            if let Some(old) = self.by_address.remove(&at) {
+                self.descs -= old.debug.as_ref().map_or(0, DebugInfo::len);
+            }
+        }
+        self.descs += descs;
+        self.by_address.insert(
+            address,
+            CompiledCode {
+                blob,
+                end,
+                debug,
+                chains: FastMap::default(),
+            },
+        );
+        address
+    }
+}
+
 /// What a recorded frame is called.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordedName {
@@ -133,10 +186,8 @@ pub struct HotspotProcess {
     archived: SharedArchivedNames,
     /// (compiled or stub pc, leaf) → what the blob there is.
     code: FastMap<(u64, bool), CodeAt>,
-    /// Compiled methods by their blob's address.
-    compiled_code: BTreeMap<u64, CompiledCode>,
-    /// `PcDesc`s in `compiled_code`.
-    compiled_descs: usize,
+    /// Compiled methods seen in samples.
+    compiled: CompiledMethods,
     /// Frame-pointer code-cache addresses named (the same waits come back
     /// in many off-CPU stacks, drain after drain), with the blob that held
     /// each: see [`Self::name_address`].
@@ -198,8 +249,8 @@ impl HotspotProcess {
         held.add("jvm.method_names", self.methods.len());
         held.add("jvm.names_read", self.names_read.len());
         held.add("jvm.code_names", self.code.len());
-        held.add("jvm.compiled_methods", self.compiled_code.len());
-        held.add("jvm.pc_descs", self.compiled_descs);
+        held.add("jvm.compiled_methods", self.compiled.by_address.len());
+        held.add("jvm.pc_descs", self.compiled.descs);
         held.add("jvm.memory_blocks", self.memory.len());
         held.add("jvm.named_addresses", self.addresses.len());
         held.add("jvm.java_threads", self.threads.len());
@@ -259,8 +310,7 @@ impl HotspotProcess {
             archive,
             archived,
             code: FastMap::default(),
-            compiled_code: BTreeMap::new(),
-            compiled_descs: 0,
+            compiled: CompiledMethods::default(),
             addresses: FastMap::default(),
             drains: 0,
         })
@@ -519,7 +569,7 @@ impl HotspotProcess {
             inlining,
             methods,
             names_read,
-            compiled_code,
+            compiled,
             archive,
             archived,
             ..
@@ -545,36 +595,41 @@ impl HotspotProcess {
             if kind == hotspot_frame::INTERPRETED {
                 return name(memory, pc);
             }
-            let read;
-            let (method, debug, code_begin, chains) =
-                match known_compiled(compiled_code, pc, compile_id) {
-                    Some(code) => (
-                        code.blob.method,
-                        code.debug.as_ref(),
-                        code.blob.code_begin,
-                        Some(&code.chains),
-                    ),
-                    None => {
-                        let Some((blob, _)) = cache.blob_and_end_at(memory, layout, pc) else {
-                            return;
-                        };
-                        let compiled =
-                            matches!(blob.kind, BlobKind::Nmethod | BlobKind::NativeNmethod);
-                        if !compiled || blob.compile_id != compile_id {
-                            return;
-                        }
-                        read = inlining
-                            .as_ref()
-                            .ok()
-                            .and_then(|inlining| inlining.debug_info(memory, blob.address));
-                        (blob.method, read.as_ref(), blob.code_begin, None)
-                    }
+            if compiled.at(pc, compile_id).is_none() {
+                let misses = memory.misses();
+                let Some((blob, end)) = cache.blob_and_end_at(memory, layout, pc) else {
+                    return;
                 };
+                let is_compiled = matches!(blob.kind, BlobKind::Nmethod | BlobKind::NativeNmethod);
+                if !is_compiled || blob.compile_id != compile_id {
+                    return;
+                }
+                let debug = inlining
+                    .as_ref()
+                    .ok()
+                    .and_then(|inlining| inlining.debug_info(memory, blob.address));
+                if memory.misses() != misses {
+                    // Its debug info is not all held yet; its own method's
+                    // name is read meanwhile.
+                    return name(memory, blob.method);
+                }
+                // Read whole, from the very blocks the naming would read:
+                // kept, so that neither a later round nor the naming reads
+                // the blob and its debug info again.
+                compiled.keep(blob, end, debug);
+            }
+            let Some(code) = compiled.at(pc, compile_id) else {
+                return;
+            };
+            let (method, debug, code_begin, chains) = (
+                code.blob.method,
+                code.debug.as_ref(),
+                code.blob.code_begin,
+                &code.chains,
+            );
             let decode = debug
                 .and_then(|debug| debug.decode_offset(pc.wrapping_sub(code_begin) as i64, leaf));
-            if let (Some(decode), Some(chains)) = (decode, chains)
-                && chains.contains_key(&decode)
-            {
+            if decode.is_some_and(|decode| chains.contains_key(&decode)) {
                 return;
             }
             name(memory, method);
@@ -647,7 +702,10 @@ impl HotspotProcess {
             self.code.clear();
         }
         if kind == hotspot_frame::COMPILED
-            && let Some(address) = self.known_compiled(pc, compile_id)
+            && let Some(address) = self
+                .compiled
+                .at(pc, compile_id)
+                .map(|code| code.blob.address)
         {
             let methods = self.name_compiled(address, pc, leaf)?;
             self.code.insert((pc, leaf), (compile_id, methods.clone()));
@@ -674,12 +732,6 @@ impl HotspotProcess {
         (blob.compile_id == wanted).then_some(methods)
     }
 
-    /// The address of a kept compiled method that holds `pc` with this
-    /// compile id.
-    fn known_compiled(&self, pc: u64, compile_id: u32) -> Option<u64> {
-        known_compiled(&self.compiled_code, pc, compile_id).map(|code| code.blob.address)
-    }
-
     /// Keeps a compiled method's blob and debug info; returns its address.
     fn keep_compiled(&mut self, blob: CodeBlob, end: u64) -> u64 {
         let debug = self
@@ -687,43 +739,14 @@ impl HotspotProcess {
             .as_ref()
             .ok()
             .and_then(|inlining| inlining.debug_info(&self.memory, blob.address));
-        let descs = debug.as_ref().map_or(0, DebugInfo::len);
-        if self.compiled_code.len() >= MAX_COMPILED || self.compiled_descs + descs > MAX_PC_DESCS {
-            self.compiled_code.clear();
-            self.compiled_descs = 0;
-        }
-        // A blob freed since, whose memory now holds this one.
-        let address = blob.address;
-        let overlapping: Vec<u64> = self
-            .compiled_code
-            .range(..end)
-            .rev()
-            .take_while(|(_, code)| code.end > address)
-            .map(|(&at, _)| at)
-            .collect();
-        for at in overlapping {
-            if let Some(old) = self.compiled_code.remove(&at) {
-                self.compiled_descs -= old.debug.as_ref().map_or(0, DebugInfo::len);
-            }
-        }
-        self.compiled_descs += descs;
-        self.compiled_code.insert(
-            address,
-            CompiledCode {
-                blob,
-                end,
-                debug,
-                chains: FastMap::default(),
-            },
-        );
-        address
+        self.compiled.keep(blob, end, debug)
     }
 
     /// The methods of a compiled frame at `pc` of the kept method at
     /// `address`, root first: its own, then those inlined into it down to
     /// the one at `pc` (where the debug info says).
     fn name_compiled(&mut self, address: u64, pc: u64, leaf: bool) -> Option<Arc<[JavaMethod]>> {
-        let code = self.compiled_code.get(&address)?;
+        let code = self.compiled.by_address.get(&address)?;
         let method = code.blob.method;
         let decode = code.debug.as_ref().and_then(|debug| {
             debug.decode_offset(pc.wrapping_sub(code.blob.code_begin) as i64, leaf)
@@ -761,7 +784,7 @@ impl HotspotProcess {
             }
         };
         if let Some(decode) = decode
-            && let Some(code) = self.compiled_code.get_mut(&address)
+            && let Some(code) = self.compiled.by_address.get_mut(&address)
         {
             code.chains.insert(decode, methods.clone());
         }
@@ -777,16 +800,6 @@ fn blob_id(kind: u32, compile_id: u32) -> u32 {
     } else {
         0
     }
-}
-
-/// The kept compiled method that holds `pc` with this compile id.
-fn known_compiled(
-    compiled: &BTreeMap<u64, CompiledCode>,
-    pc: u64,
-    compile_id: u32,
-) -> Option<&CompiledCode> {
-    let (_, code) = compiled.range(..=pc).next_back()?;
-    (pc < code.end && code.blob.compile_id == compile_id).then_some(code)
 }
 
 /// An offset the kernel keeps in 32 bits, into a struct smaller than a page.
