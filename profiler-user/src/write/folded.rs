@@ -72,20 +72,59 @@ pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
     let frames_len: usize = sample.frames.iter().map(|f| f.name.len() + 5).sum();
     let mut line =
         String::with_capacity(sample.process.name.len() + thread.len() + 16 + frames_len);
-    push_sanitized(&mut line, &sample.process.name);
-    let _ = write!(line, " [{}];", sample.process.pid);
-    push_sanitized(&mut line, thread);
-    for frame in &sample.frames {
-        line.push(';');
-        push_sanitized(&mut line, &frame.name);
-        match frame.kind {
-            FrameKind::Kernel => line.push_str("_[k]"),
-            FrameKind::Jit => line.push_str("_[j]"),
-            FrameKind::Inlined => line.push_str("_[i]"),
-            FrameKind::User | FrameKind::Python | FrameKind::Marker => {}
+    // Names almost never hold a byte the format reserves: the line is
+    // built as it comes and checked once, whole (a check of each name
+    // apart was most of what building a line cost), and built again
+    // sanitized only if a name held one.
+    let push = |line: &mut String, name: &str, sanitized: bool| {
+        if sanitized {
+            push_sanitized(line, name);
+        } else {
+            line.push_str(name);
+        }
+    };
+    for sanitized in [false, true] {
+        line.clear();
+        push(&mut line, &sample.process.name, sanitized);
+        let _ = write!(line, " [{}];", sample.process.pid);
+        push(&mut line, thread, sanitized);
+        for frame in &sample.frames {
+            line.push(';');
+            push(&mut line, &frame.name, sanitized);
+            match frame.kind {
+                FrameKind::Kernel => line.push_str("_[k]"),
+                FrameKind::Jit => line.push_str("_[j]"),
+                FrameKind::Inlined => line.push_str("_[i]"),
+                FrameKind::User | FrameKind::Python | FrameKind::Marker => {}
+            }
+        }
+        // The separators written above, and nothing else reserved.
+        if sanitized || reserved_bytes(&line) == (1 + sample.frames.len(), false) {
+            break;
         }
     }
     line
+}
+
+/// How many `;` `text` holds, and whether it holds a line break or a tab:
+/// whole 32-byte blocks at a time, which the compiler turns into vector
+/// compares.
+fn reserved_bytes(text: &str) -> (usize, bool) {
+    let count = |bytes: &[u8]| -> (usize, u8) {
+        let semicolons = bytes.iter().fold(0u8, |n, &b| n + u8::from(b == b';'));
+        let breaks = bytes.iter().fold(0u8, |found, &b| {
+            found | u8::from((b == b'\n') | (b == b'\r') | (b == b'\t'))
+        });
+        (usize::from(semicolons), breaks)
+    };
+    let (blocks, rest) = text.as_bytes().as_chunks::<32>();
+    let (mut semicolons, mut breaks) = count(rest);
+    for block in blocks {
+        let (n, found) = count(block);
+        semicolons += n;
+        breaks |= found;
+    }
+    (semicolons, breaks != 0)
 }
 
 /// Renders aggregated stacks (each line once) as folded text, one line
@@ -172,6 +211,50 @@ mod tests {
                 let safe = sanitize(&name);
                 assert!(!needs_sanitizing(&safe), "{safe}");
                 assert_eq!(safe.len(), name.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_is_sanitized_wherever_a_name_holds_a_separator() {
+        let name = "org.apache.spark.scheduler.DAGScheduler.handleTaskCompletion";
+        let sample = |middle: &str| SymbolizedSample {
+            process: Arc::new(ProcessInfo {
+                pid: 7,
+                start_ticks: 1,
+                name: "java".into(),
+                kernel_thread: false,
+                runtime: crate::enrich::Runtime::Native,
+                spark: crate::enrich::spark::SparkProcess::other(),
+            }),
+            tid: 8,
+            thread_name: "main".into(),
+            task: None,
+            kind: crate::collect::SampleKind::OnCpu,
+            frames: [name, middle, name]
+                .into_iter()
+                .map(|n| Frame::new(n, FrameKind::Jit))
+                .collect(),
+            count: 1,
+        };
+        let clean = stack_line(&sample(name), "main");
+        assert_eq!(
+            clean,
+            format!("java [7];main;{name}_[j];{name}_[j];{name}_[j]")
+        );
+        // Each reserved byte at every position of the middle frame, across
+        // the whole line's 32-byte blocks.
+        for bad in [';', '\n', '\r', '\t'] {
+            for at in 0..name.len() {
+                let mut middle = name.to_owned();
+                middle.replace_range(at..=at, &bad.to_string());
+                let line = stack_line(&sample(&middle), "main");
+                let want = format!(
+                    "java [7];main;{name}_[j];{}_[j];{name}_[j]",
+                    sanitize(&middle)
+                );
+                assert_eq!(line, want, "{bad:?} at {at}");
+                assert_eq!(reserved_bytes(&line), (4, false));
             }
         }
     }
