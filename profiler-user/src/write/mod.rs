@@ -392,13 +392,13 @@ impl Pending {
 pub struct Writer {
     dir: PathBuf,
     options: WriteOptions,
-    files: HashMap<(ProfileKind, Group), OutputFile>,
+    files: crate::FastMap<(ProfileKind, Group), OutputFile>,
     used_paths: HashMap<PathBuf, (ProfileKind, Group)>,
     /// Processes whose files wait until they are known to be long-lived or
     /// not, by (pid, start ticks).
-    pending: HashMap<(u32, u64), Pending>,
+    pending: crate::FastMap<(u32, u64), Pending>,
     /// Processes known to have lived [`LONG_LIVED`]: they keep their files.
-    long_lived: std::collections::HashSet<(u32, u64)>,
+    long_lived: crate::FastSet<(u32, u64)>,
     start: Option<SystemTime>,
     end: Option<SystemTime>,
     /// Files this writer put on disk, relative to `dir`.
@@ -426,9 +426,9 @@ impl Writer {
         Self {
             dir: dir.into(),
             options,
-            files: HashMap::new(),
+            files: Default::default(),
             used_paths: HashMap::new(),
-            pending: HashMap::new(),
+            pending: Default::default(),
             long_lived: Default::default(),
             start: None,
             end: None,
@@ -528,10 +528,12 @@ impl Writer {
         (start, end): (SystemTime, SystemTime),
     ) -> Group {
         let group = Group::of(sample);
-        let thread = match (&group, &sample.task) {
-            (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => task.task_label(),
-            (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.to_owned(),
-            _ => sample.thread_name.clone(),
+        let thread: std::borrow::Cow<'_, str> = match (&group, &sample.task) {
+            (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => {
+                task.task_label().into()
+            }
+            (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.into(),
+            _ => sample.thread_name.as_str().into(),
         };
         let line = folded::stack_line(sample, &thread);
         if self.options.wall_us_per_sample.is_some() {
