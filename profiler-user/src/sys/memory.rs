@@ -171,8 +171,8 @@ impl Memory {
         }
         // SAFETY: `local` describes `buf`, valid and writable (if not
         // initialised) for its whole length for the duration of the call,
-        // which is the sum of the remote lengths; `remote` is only dereferenced by the kernel, in
-        // the target's address space.
+        // which is the sum of the remote lengths; `remote` is only
+        // dereferenced by the kernel, in the target's address space.
         let read = unsafe {
             libc::process_vm_readv(
                 self.pid as libc::pid_t,
@@ -826,6 +826,43 @@ mod tests {
         assert_eq!(walk(&cache, node(0)), [node(0), node(1), node(2), node(3)]);
         assert_eq!(walk(&cache, node(4)), [node(4), node(5), unreadable]);
         unsafe { libc::munmap(base as *mut _, 3 * page) };
+    }
+
+    #[test]
+    fn long_reads_are_held_when_prefetched_and_counted_past_the_limit() {
+        let mut bytes = vec![5u8; 8 * BLOCK as usize];
+        let base = bytes.as_ptr() as u64;
+        let cache = CachedMemory::new(Memory::new(std::process::id()));
+        // A read four times what a read through the cache holds: lacking in
+        // the first round, held in the second.
+        let mut rounds = Vec::new();
+        cache.prefetch_rounds(vec![()], |held, _| {
+            let before = held.misses();
+            let read = held.read_vec(base, bytes.len());
+            rounds.push((read.is_ok(), held.misses() - before));
+        });
+        assert_eq!(rounds, [(false, 1), (true, 0)]);
+        // Held: changed now, it reads as it was.
+        bytes.fill(6);
+        assert_eq!(
+            cache.read_vec(base, bytes.len()).unwrap(),
+            [5; 8 * BLOCK as usize]
+        );
+        // Past the limit: refused and counted, never lacking; the cache
+        // reads it from the process.
+        let long = vec![1u8; MAX_HELD_READ + 1];
+        let mut refused = Vec::new();
+        cache.prefetch_rounds(vec![()], |held, _| {
+            let before = held.misses();
+            let read = held.read_vec(long.as_ptr() as u64, long.len());
+            refused.push((read.is_err(), held.misses() - before));
+        });
+        assert_eq!(refused, [(true, 1)]);
+        assert_eq!(
+            cache.read_vec(long.as_ptr() as u64, long.len()).unwrap(),
+            long
+        );
+        std::hint::black_box(&bytes);
     }
 
     #[test]
