@@ -215,11 +215,9 @@ fn read_method_name(
     if let Some(name) = at.and_then(|at| archived.get(&at)) {
         return Some(name);
     }
-    let name: Arc<str> = Arc::from(
-        method_name(memory, layout, names_read, method)
-            .ok()?
-            .readable(),
-    );
+    let name = method_name(memory, layout, names_read, method)
+        .ok()?
+        .shared();
     if let Some(at) = at {
         archived.insert(at, name.clone());
     }
