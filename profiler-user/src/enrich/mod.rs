@@ -214,7 +214,8 @@ impl Enricher {
     /// sampling starts: names given before sparkprof watched renames.
     pub fn named(&mut self, dumps: &[ThreadDump]) {
         for dump in dumps {
-            self.names.apply_dump(dump.pid, &dump.threads, dump.time);
+            self.names
+                .apply_dump(dump.pid, &dump.threads, dump.window());
         }
     }
 
@@ -363,7 +364,7 @@ impl Enricher {
             let (tied, loose): (Vec<_>, Vec<_>) = std::mem::take(&mut dump.threads)
                 .into_iter()
                 .partition(|thread| thread.epoch.is_some());
-            self.names.apply_dump(dump.pid, &tied, dump.time);
+            self.names.apply_dump(dump.pid, &tied, dump.window());
             dump.threads = loose;
         }
 
@@ -393,7 +394,8 @@ impl Enricher {
             });
         }
         for dump in dumps {
-            self.names.apply_dump(dump.pid, &dump.threads, dump.time);
+            self.names
+                .apply_dump(dump.pid, &dump.threads, dump.window());
         }
         self.names.prune(drain.end);
 

@@ -16,7 +16,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
 use crate::collect::renames::{RenameSource, ThreadRename};
@@ -26,8 +26,18 @@ use crate::collect::renames::{RenameSource, ThreadRename};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadDump {
     pub pid: u32,
+    /// When the dump was asked for, and when it had answered: its names
+    /// are from some moment in between.
     pub time: SystemTime,
+    pub done: SystemTime,
     pub threads: Vec<DumpedThread>,
+}
+
+impl ThreadDump {
+    /// When it was asked for and when it had answered.
+    pub fn window(&self) -> (SystemTime, SystemTime) {
+        (self.time, self.done)
+    }
 }
 
 /// One thread of a dump.
@@ -45,6 +55,19 @@ pub struct DumpedThread {
 /// Bytes of a Linux comm without its NUL: what a long name is cut to.
 const COMM_BYTES: usize = 15;
 
+/// How long after a dump has answered a rename may still be the one its
+/// name came from. Java's `Thread.setName` stores the name a dump reads,
+/// then renames the thread natively (what starts a new epoch); a thread in
+/// native code runs on through the dump's safepoint, and on a busy host
+/// its rename can land after the dump has answered. A dump's name that is
+/// not tied to one epoch holds for the epoch it is filed under only if no
+/// later epoch began before its answer and this long after it. Without
+/// this, a dump asked for just before a task thread's rename could give
+/// the next task's name to the epoch of the task before it: the samples
+/// of that epoch still to be drained went to the next task's stage (the
+/// bench's stage attribution once found 1 of 7,367 samples there).
+const RENAME_LAG: Duration = Duration::from_millis(100);
+
 /// Epochs kept per thread at most, whatever [`ThreadNames::prune`] keeps:
 /// a bound against a thread that renames itself in a tight loop.
 const MAX_EPOCHS_PER_THREAD: usize = 4_096;
@@ -54,6 +77,9 @@ const MAX_EPOCHS_PER_THREAD: usize = 4_096;
 struct NameRecord {
     name: String,
     since: SystemTime,
+    /// A later epoch that began before this voids a name that is not
+    /// exact: it may be that epoch's name.
+    until: SystemTime,
     /// From the uprobe: valid for exactly this epoch, no comm check needed.
     exact: bool,
 }
@@ -84,6 +110,7 @@ impl ThreadNames {
                 NameRecord {
                     name: rename.name.clone(),
                     since: rename.time,
+                    until: rename.time,
                     exact: rename.source == RenameSource::JvmNativeName && !rename.name.is_empty(),
                 },
             );
@@ -94,16 +121,23 @@ impl ThreadNames {
     }
 
     /// Files the names of a thread dump (tid, full name) of process `tgid`
-    /// taken at `time`: each under the latest epoch its thread had entered by
-    /// then (0 if none), unless that epoch already has an exact name.
+    /// asked for at `time` and answered at `done`: each under the latest
+    /// epoch its thread had entered by `time` (0 if none), unless that
+    /// epoch already has an exact name.
     ///
-    /// Renames just before the dump may not be announced yet (they come with
-    /// the next drain); [`Self::name_at`] then rejects the name for the
-    /// epoch it was filed under, because a later epoch began before the dump.
+    /// Renames just before the dump, during it or just after it may not be
+    /// announced yet (they come with the next drain); [`Self::name_at`] then
+    /// rejects the name for the epoch it was filed under, because a later
+    /// epoch began before `done` and [`RENAME_LAG`] after it.
     ///
     /// A name whose epoch is known (`Some`: the thread had that epoch just
     /// before and just after the dump) is filed under it as exact.
-    pub fn apply_dump(&mut self, tgid: u32, names: &[DumpedThread], time: SystemTime) {
+    pub fn apply_dump(
+        &mut self,
+        tgid: u32,
+        names: &[DumpedThread],
+        (time, done): (SystemTime, SystemTime),
+    ) {
         for DumpedThread {
             tid,
             name,
@@ -119,6 +153,7 @@ impl ThreadNames {
                         NameRecord {
                             name: name.clone(),
                             since: time,
+                            until: time,
                             exact: true,
                         },
                     );
@@ -139,6 +174,7 @@ impl ThreadNames {
                         NameRecord {
                             name: name.clone(),
                             since: time,
+                            until: done + RENAME_LAG,
                             exact: false,
                         },
                     );
@@ -160,7 +196,7 @@ impl ThreadNames {
                     && !history
                         .epochs
                         .range(epoch + 1..)
-                        .any(|(_, later)| later.since <= record.since) =>
+                        .any(|(_, later)| later.since <= record.until) =>
             {
                 record.name.clone()
             }
@@ -267,7 +303,11 @@ mod tests {
     fn a_dump_names_the_latest_epoch_only_if_the_comm_agrees() {
         let mut names = ThreadNames::new();
         // Named before sparkprof started: epoch 0, from the dump.
-        names.apply_dump(1, &[dumped(7, TASK_A, None)], SystemTime::UNIX_EPOCH);
+        names.apply_dump(
+            1,
+            &[dumped(7, TASK_A, None)],
+            (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
+        );
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_A);
         // A sample whose comm says the thread had another name then.
         assert_eq!(names.name_at(1, 7, 0, "Executor task i"), "Executor task i");
@@ -276,7 +316,11 @@ mod tests {
         // fills in the full name of that epoch.
         names.apply(&[rename(8, 4, "Executor task l", RenameSource::TaskRename)]);
         assert_eq!(names.name_at(1, 8, 4, "Executor task l"), "Executor task l");
-        names.apply_dump(1, &[dumped(8, TASK_B, None)], SystemTime::UNIX_EPOCH);
+        names.apply_dump(
+            1,
+            &[dumped(8, TASK_B, None)],
+            (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
+        );
         assert_eq!(names.name_at(1, 8, 4, "Executor task l"), TASK_B);
     }
 
@@ -285,7 +329,7 @@ mod tests {
         let at = |secs| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
         let mut names = ThreadNames::new();
         // Dump at t=10 says TASK_B; filed under epoch 0 (no rename known yet).
-        names.apply_dump(1, &[dumped(7, TASK_B, None)], at(10));
+        names.apply_dump(1, &[dumped(7, TASK_B, None)], (at(10), at(10)));
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_B);
         // The next drain announces a rename at t=9 to TASK_B: the dump saw
         // epoch 1's name, so epoch 0 falls back to its comm.
@@ -295,14 +339,38 @@ mod tests {
         assert_eq!(names.name_at(1, 7, 0, "Executor task l"), "Executor task l");
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
         // A later dump files under the epoch that began before it.
-        names.apply_dump(1, &[dumped(7, TASK_A, None)], at(11));
+        names.apply_dump(1, &[dumped(7, TASK_A, None)], (at(11), at(11)));
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
+    }
+
+    #[test]
+    fn a_rename_during_a_dump_or_just_after_it_voids_its_name() {
+        let ms = |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        // A dump asked for at 10.000 s and answered at 10.020 s says
+        // TASK_B, filed under epoch 0; the rename to TASK_B (epoch 1) comes
+        // during it, just after it, or well after it.
+        for (renamed, kept) in [(10_010, false), (10_100, false), (10_200, true)] {
+            let mut names = ThreadNames::new();
+            names.apply_dump(1, &[dumped(7, TASK_B, None)], (ms(10_000), ms(10_020)));
+            let mut rename = rename(7, 1, TASK_B, RenameSource::JvmNativeName);
+            rename.time = ms(renamed);
+            names.apply(&[rename]);
+            // Epoch 0 may have been TASK_A's last moments: its comm then,
+            // never another task's name.
+            let want = if kept { TASK_B } else { "Executor task l" };
+            assert_eq!(names.name_at(1, 7, 0, "Executor task l"), want, "{renamed}");
+            assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
+        }
     }
 
     #[test]
     fn a_dump_bracketed_by_one_epoch_names_exactly_that_epoch() {
         let mut names = ThreadNames::new();
-        names.apply_dump(1, &[dumped(7, TASK_A, Some(3))], SystemTime::UNIX_EPOCH);
+        names.apply_dump(
+            1,
+            &[dumped(7, TASK_A, Some(3))],
+            (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
+        );
         // Exact: used whatever the comm, and a later rename does not undo it.
         assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_A);
         names.apply(&[rename(7, 4, TASK_B, RenameSource::JvmNativeName)]);
@@ -314,7 +382,11 @@ mod tests {
     fn a_dump_never_overrides_an_exact_name() {
         let mut names = ThreadNames::new();
         names.apply(&[rename(7, 1, TASK_A, RenameSource::JvmNativeName)]);
-        names.apply_dump(1, &[dumped(7, TASK_B, None)], SystemTime::UNIX_EPOCH);
+        names.apply_dump(
+            1,
+            &[dumped(7, TASK_B, None)],
+            (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
+        );
         assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_A);
     }
 

@@ -212,6 +212,7 @@ fn dump(pid: u32) -> Result<ThreadDump, AttachError> {
     let jvm = Jvm::new(pid)?;
     let time = SystemTime::now();
     let threads = jvm.thread_names()?;
+    let done = SystemTime::now();
     let host_tids = if jvm.nspid() == pid {
         None
     } else {
@@ -232,7 +233,12 @@ fn dump(pid: u32) -> Result<ThreadDump, AttachError> {
             })
         })
         .collect();
-    Ok(ThreadDump { pid, time, threads })
+    Ok(ThreadDump {
+        pid,
+        time,
+        done,
+        threads,
+    })
 }
 
 #[cfg(test)]
