@@ -340,8 +340,8 @@ enum Held {
     Copied,
     /// A block of the read is known to be unreadable.
     Unreadable,
-    /// A block of the read is not held.
-    Lacking,
+    /// This block of the read is not held.
+    Lacking(u64),
 }
 
 impl Blocks {
@@ -370,7 +370,7 @@ impl Blocks {
                     buf[done..done + len].copy_from_slice(&self.bytes[from..from + len]);
                 }
                 Some(None) => return Held::Unreadable,
-                None => return Held::Lacking,
+                None => return Held::Lacking(block),
             }
             done += len;
         }
@@ -460,34 +460,21 @@ impl CachedMemory {
         in_batches(&wanted, |_, batch| pages.read(&self.memory, batch));
     }
 
-    /// Copies `buf.len()` bytes at `addr`, all within the block at `page`,
-    /// reading the block first if it is not held.
-    fn copy_from_block(&self, page: u64, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+    /// Reads the block at `block` into the cache, or notes it unreadable;
+    /// a full cache starts over first.
+    fn read_block(&self, block: u64) -> Result<(), MemoryError> {
         let pages = &mut *self.pages.borrow_mut();
-        if !pages.at.contains_key(&page) {
-            if pages.at.len() >= MAX_CACHED_BLOCKS {
-                pages.clear();
-            }
-            match pages.read(&self.memory, &[page]) {
-                Ok(1) => {}
-                Err(err) if err.is_process_gone() => return Err(err),
-                _ => {
-                    pages.at.insert(page, None);
-                }
+        if pages.at.len() >= MAX_CACHED_BLOCKS {
+            pages.clear();
+        }
+        match pages.read(&self.memory, &[block]) {
+            Ok(1) => {}
+            Err(err) if err.is_process_gone() => return Err(err),
+            _ => {
+                pages.at.insert(block, None);
             }
         }
-        match pages.at[&page] {
-            Some(block) => {
-                let start = block + (addr - page) as usize;
-                buf.copy_from_slice(&pages.bytes[start..start + buf.len()]);
-                Ok(())
-            }
-            None => {
-                Err(self
-                    .memory
-                    .fault(addr, buf.len(), io::Error::from_raw_os_error(libc::EFAULT)))
-            }
-        }
+        Ok(())
     }
 }
 
@@ -575,7 +562,7 @@ impl ReadMemory for HeldOnly<'_> {
         match memory.pages.borrow().copy(addr, buf) {
             Held::Copied => Ok(()),
             Held::Unreadable => Err(refuse()),
-            Held::Lacking => {
+            Held::Lacking(_) => {
                 self.lacking.borrow_mut().push((addr, len));
                 Err(refuse())
             }
@@ -597,27 +584,23 @@ impl ReadMemory for CachedMemory {
             }
             return self.memory.read(addr, buf);
         }
-        // Most reads of a drain are of blocks its prefetch brought.
-        match self.pages.borrow().copy(addr, buf) {
-            Held::Copied => return Ok(()),
-            Held::Unreadable => {
-                return Err(self.memory.fault(
-                    addr,
-                    buf.len(),
-                    io::Error::from_raw_os_error(libc::EFAULT),
-                ));
-            }
-            Held::Lacking => {}
+        // Most reads of a drain are of blocks its prefetch brought; each
+        // block lacking is read, and the copy tried again (a read spans
+        // three blocks at most, and a full cache starts over once).
+        loop {
+            let lacking = match self.pages.borrow().copy(addr, buf) {
+                Held::Copied => return Ok(()),
+                Held::Unreadable => {
+                    return Err(self.memory.fault(
+                        addr,
+                        buf.len(),
+                        io::Error::from_raw_os_error(libc::EFAULT),
+                    ));
+                }
+                Held::Lacking(block) => block,
+            };
+            self.read_block(lacking)?;
         }
-        let mut done = 0;
-        while done < buf.len() {
-            let at = addr + done as u64;
-            let page = at & !(BLOCK - 1);
-            let len = (buf.len() - done).min((page + BLOCK - at) as usize);
-            self.copy_from_block(page, at, &mut buf[done..done + len])?;
-            done += len;
-        }
-        Ok(())
     }
 }
 
