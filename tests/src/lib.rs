@@ -46,6 +46,24 @@ pub fn require_root() {
     );
 }
 
+/// A directory for a test's compiled Java classes, removed when dropped
+/// (after the JVM that runs them: hold it as long). Under /var/tmp, not
+/// /tmp: a JVM with a private /tmp, or a PID namespace of its own, mounts
+/// an empty tmpfs over /tmp. Readable by everyone. A directory named after
+/// the test process, as before, was left behind by every run.
+pub fn classes_dir(what: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("sparkprof-test-{what}-"))
+        .tempdir_in("/var/tmp")
+        .expect("a directory under /var/tmp");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("its mode");
+    dir
+}
+
 /// The sparkprof binary under test.
 pub fn sparkprof_bin() -> PathBuf {
     let path = std::env::var_os("SPARKPROF_BIN")

