@@ -20,13 +20,10 @@ use sparkprof_tests::{Recorder, Recording, SysctlGuard, read_sysctl, require_roo
 
 const HOT: &str = "HotMethods.sparkprofAlphaHot";
 
-/// Compiles HotMethods.java into a directory outside /tmp (so a JVM
-/// with a private tmpfs on /tmp still sees it), readable by everyone, and
-/// removed when the JVM that runs it is (a directory per test process was
-/// left in /var/tmp by every run).
+/// Compiles HotMethods.java into a [`sparkprof_tests::classes_dir`] (not
+/// the target dir, which a checkout under /tmp would put where the
+/// private-tmp JVM cannot see it), removed with the JVM that runs it.
 fn classes() -> tempfile::TempDir {
-    // Not under /tmp (nor the target dir, which a checkout under /tmp would
-    // put there): the private-tmp JVM mounts an empty tmpfs over /tmp.
     let dir = sparkprof_tests::classes_dir("classes");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/HotMethods.java");
     let status = Command::new("javac")

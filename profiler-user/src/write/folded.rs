@@ -272,7 +272,7 @@ mod tests {
         for len in [0, 31, 32, 255 * 32, 255 * 32 + 1, 300 * 32 + 7] {
             let text = ";".repeat(len);
             assert_eq!(reserved_bytes(&text), (len, false), "{len}");
-            // A break anywhere: in the first block, the last group, the tail.
+            // A break at the start, in the middle and at the end.
             for at in [0, len / 2, len.saturating_sub(1)]
                 .into_iter()
                 .filter(|&at| at < len)
