@@ -60,6 +60,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use crate::{build, toolchain, workspace_root};
 
+mod exits;
 mod host;
 mod jit;
 mod job_cgroup;

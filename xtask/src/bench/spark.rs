@@ -5,7 +5,9 @@
 //!    tests' harness, `sparkprof_tests::spark`), run without and with a
 //!    whole-host `sparkprof record` at 99 Hz, interleaved in pairs whose
 //!    order alternates. The time is the driver's own, from the event log:
-//!    first job submitted to last job completed.
+//!    first job submitted to last job completed. The cluster's CPU over
+//!    each job (a cgroup), and where it went (the threads that exited
+//!    during it, by name: see [`super::exits`]).
 //! 2. Stage attribution of the fake executor
 //!    (`tests/workloads/spark/CoarseGrainedExecutorBackend.java`, the JVM of
 //!    `tests/tests/stages.rs`): the share of each stage's hot method's
@@ -30,11 +32,11 @@ use sparkprof_tests::{
     spark::{Cluster, EventLog, Job, SparkInstall},
 };
 
-use super::job_cgroup::JobCgroup;
 use super::{
     Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, spread_percent,
     wait_for_quiet_host, wait_for_quiet_host_within,
 };
+use super::{exits, job_cgroup::JobCgroup};
 use crate::workspace_root;
 
 /// Interleaved (unprofiled, profiled) job pairs unless `--runs` says otherwise.
@@ -137,6 +139,9 @@ pub struct JobRun {
     /// CPU time of the cluster's cgroup over the job: driver, executors,
     /// Python workers (and the idle Master and Worker).
     pub job_cpu: Duration,
+    /// CPU seconds of the threads that exited meanwhile (the executors',
+    /// the Python workers', the driver's), by [`exits::CLASSES`].
+    pub threads_cpu: [f64; exits::CLASSES.len()],
 }
 
 /// sparkprof's CPU over one whole run (start to exit) and, of it, what
@@ -311,6 +316,7 @@ pub(super) fn job_pairs_then<T>(
                 None => None,
             };
             let cluster_before = group.usage()?;
+            let exits = exits::Listener::start()?;
             let job = run_job_in(&mut cluster, &group)?;
             let (sparkprof_cpu, window) = match (&running, before) {
                 (Some(r), Some((cpu, wall))) => {
@@ -323,6 +329,7 @@ pub(super) fn job_pairs_then<T>(
             // CPU belongs to this job.
             pause(Duration::from_secs(2))?;
             let job_cpu = group.usage()?.saturating_sub(cluster_before);
+            let threads_cpu = exits::by_class(&exits.stop()?);
             let stages = match (running, window) {
                 (Some(running), Some(window)) => {
                     let (exit, index) = running.stop_reading_index()?;
@@ -342,11 +349,12 @@ pub(super) fn job_pairs_then<T>(
                 sparkprof_cpu,
                 stages,
                 job_cpu,
+                threads_cpu,
             };
             result.stages = log.stage_names.len();
             result.tasks = log.stages.values().map(|s| s.tasks).sum();
             progress(&format!(
-                "      jobs {:.2} s, application {:.2} s, cluster CPU {:.2} s{}",
+                "      jobs {:.2} s, application {:.2} s, cluster CPU {:.2} s{} (exited threads: {})",
                 run.jobs_s,
                 run.app_s,
                 run.job_cpu.as_secs_f64(),
@@ -357,7 +365,13 @@ pub(super) fn job_pairs_then<T>(
                         wall.as_secs_f64()
                     ),
                     None => String::new(),
-                }
+                },
+                exits::CLASSES
+                    .iter()
+                    .zip(run.threads_cpu)
+                    .map(|(class, s)| format!("{class} {s:.2} s"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
             runs[usize::from(profiled)] = Some(run);
         }
@@ -867,6 +881,47 @@ impl Runtime {
              | the job's CPU time with sparkprof, mean of the pairs' ratios | {:+.1} % (95 % interval {low:+.1} – {high:+.1} %) | < {TARGET_JOB_CPU_PERCENT} %: {verdict} |\n",
             100.0 * (mean - 1.0)
         );
+        text += &self.threads_markdown();
+        text
+    }
+
+    /// Where the job's CPU went, by the threads that exited during it
+    /// (taskstats): what each kind of thread took without and with
+    /// sparkprof, and how much the pairs' differences spread.
+    fn threads_markdown(&self) -> String {
+        let n = self.pairs.len();
+        if n == 0 {
+            return String::new();
+        }
+        let mut text = format!(
+            "\nWhere the job's CPU went: the CPU time (`sum_exec_runtime`, from the kernel's taskstats exit records) of the threads that exited during each job (its executors', Python workers' and driver's; not the Master's and Worker's, which live on), by thread name, mean per job over the {n} pairs:\n\n\
+             | threads | without, CPU s | with, CPU s | with − without, mean (SD over pairs) |\n|---|--:|--:|--:|\n"
+        );
+        for (class, name) in exits::CLASSES.iter().enumerate() {
+            let differences: Vec<f64> = self
+                .pairs
+                .iter()
+                .map(|p| p.profiled.threads_cpu[class] - p.unprofiled.threads_cpu[class])
+                .collect();
+            let mean = |f: &dyn Fn(&Pair) -> f64| self.pairs.iter().map(f).sum::<f64>() / n as f64;
+            let difference = differences.iter().sum::<f64>() / n as f64;
+            let spread = if n < 2 {
+                "—".to_owned()
+            } else {
+                let variance = differences
+                    .iter()
+                    .map(|d| (d - difference).powi(2))
+                    .sum::<f64>()
+                    / (n - 1) as f64;
+                format!("{:.2}", variance.sqrt())
+            };
+            text += &format!(
+                "| {name} | {:.2} | {:.2} | {difference:+.2} ({spread}) |\n",
+                mean(&|p| p.unprofiled.threads_cpu[class]),
+                mean(&|p| p.profiled.threads_cpu[class]),
+            );
+        }
+        text += "\n*JIT compilers*: C1 and C2 compiler threads; *GC and VM threads*: `GC Thread#`, `G1 …`, `VM Thread`; *task threads*: `Executor task launch worker`; *Python*: the Python workers and the driver's Python; *other threads*: everything else that exited (the JVMs' other threads, and any process of the host that ended meanwhile).\n";
         text
     }
 }
