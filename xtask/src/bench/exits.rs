@@ -109,7 +109,8 @@ fn open() -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // Room for a burst of exits (a Spark application's end ends hundreds
-    // of threads at once); FORCE as root, past rmem_max.
+    // of threads at once); FORCE as root, past rmem_max. If it is refused,
+    // an overflow is still reported (`gather`), never silent.
     let room: libc::c_int = 16 << 20;
     let timeout = libc::timeval {
         tv_sec: 0,
@@ -255,7 +256,7 @@ fn family_id(socket: &OwnedFd) -> Result<u16> {
 fn gather(socket: &OwnedFd, family: u16, stop: &AtomicBool) -> Result<Vec<Exit>> {
     let mut buffer = vec![0u8; 1 << 20];
     let mut exits = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
+    loop {
         let got = match receive(socket, &mut buffer) {
             Ok(got) => got,
             Err(err) if err.raw_os_error() == Some(libc::ENOBUFS) => {
@@ -263,6 +264,11 @@ fn gather(socket: &OwnedFd, family: u16, stop: &AtomicBool) -> Result<Vec<Exit>>
             }
             Err(err) => return Err(err).context("taskstats: receiving"),
         };
+        // Told to stop, it still reads what is queued: it ends at the first
+        // wait that brings nothing.
+        if got == 0 && stop.load(Ordering::Relaxed) {
+            break;
+        }
         for (kind, payload) in messages(&buffer[..got]) {
             if kind != family || payload.len() < GENL_HDR {
                 continue;

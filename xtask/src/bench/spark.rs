@@ -33,8 +33,8 @@ use sparkprof_tests::{
 };
 
 use super::{
-    Bench, Profiler, Running, Tool, cpu_time, median, met, pause, progress, spread_percent,
-    wait_for_quiet_host, wait_for_quiet_host_within,
+    Bench, Profiler, Running, Tool, cpu_time, mean_and_sd, median, met, pause, progress,
+    spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use super::{exits, job_cgroup::JobCgroup};
 use crate::workspace_root;
@@ -859,14 +859,9 @@ impl Runtime {
             );
         }
         let ratios: Vec<f64> = self.pairs.iter().map(Pair::cpu_ratio).collect();
-        let mean = ratios.iter().sum::<f64>() / n.max(1) as f64;
+        let (mean, sd) = mean_and_sd(&ratios);
         // A 95 % interval of the mean ratio (about two standard errors).
-        let half = if n < 2 {
-            f64::INFINITY
-        } else {
-            let var = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-            2.0 * (var / n as f64).sqrt()
-        };
+        let half = sd.map_or(f64::INFINITY, |sd| 2.0 * sd / (n as f64).sqrt());
         let (low, high) = (100.0 * (mean - half - 1.0), 100.0 * (mean + half - 1.0));
         let verdict = if 100.0 * half >= TARGET_JOB_CPU_PERCENT {
             format!(
@@ -903,18 +898,9 @@ impl Runtime {
                 .iter()
                 .map(|p| p.profiled.threads_cpu[class] - p.unprofiled.threads_cpu[class])
                 .collect();
+            let (difference, sd) = mean_and_sd(&differences);
+            let spread = sd.map_or_else(|| "—".to_owned(), |sd| format!("{sd:.2}"));
             let mean = |f: &dyn Fn(&Pair) -> f64| self.pairs.iter().map(f).sum::<f64>() / n as f64;
-            let difference = differences.iter().sum::<f64>() / n as f64;
-            let spread = if n < 2 {
-                "—".to_owned()
-            } else {
-                let variance = differences
-                    .iter()
-                    .map(|d| (d - difference).powi(2))
-                    .sum::<f64>()
-                    / (n - 1) as f64;
-                format!("{:.2}", variance.sqrt())
-            };
             text += &format!(
                 "| {name} | {:.2} | {:.2} | {difference:+.2} ({spread}) |\n",
                 mean(&|p| p.unprofiled.threads_cpu[class]),

@@ -171,6 +171,16 @@ pub(crate) fn run_pair<Unprofiled, Profiled>(
         Ok((unprofiled, profiled()?))
     }
 }
+/// The mean of `values` and their sample standard deviation (`None` for
+/// fewer than two).
+pub(crate) fn mean_and_sd(values: &[f64]) -> (f64, Option<f64>) {
+    let n = values.len();
+    let mean = values.iter().sum::<f64>() / n.max(1) as f64;
+    let sd = (n >= 2)
+        .then(|| (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt());
+    (mean, sd)
+}
+
 pub(crate) fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
