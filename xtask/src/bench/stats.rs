@@ -171,6 +171,7 @@ pub(crate) fn run_pair<Unprofiled, Profiled>(
         Ok((unprofiled, profiled()?))
     }
 }
+
 /// The mean of `values` and their sample standard deviation (`None` for
 /// fewer than two).
 pub(crate) fn mean_and_sd(values: &[f64]) -> (f64, Option<f64>) {
