@@ -22,7 +22,7 @@ use super::{CollectError, pooled::PooledStacks, take_map, threads::FollowedThrea
 
 /// A JVM user stack as the kernel walked it: native and Java frames, leaf
 /// first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RawHotspotStack {
     pub frames: Vec<HotspotFrame>,
     /// The walk went on beyond what the kernel records.

@@ -26,7 +26,7 @@ pub struct PythonThread {
 }
 
 /// The Python frames of one sample, innermost first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RawPythonStack {
     pub frames: Vec<PythonFrame>,
     /// The chain went on beyond what the kernel records.

@@ -19,7 +19,9 @@ use std::{collections::HashMap, sync::Arc};
 use profiler_common::{HotspotFrame, hotspot_frame};
 
 use crate::{
-    collect::{RawHotspotStack, RawPythonStack, RawSample, RawStack, SampleKind},
+    collect::{
+        RawHotspotStack, RawPythonStack, RawSample, RawStack, SampleKind, off_cpu::OffCpuState,
+    },
     enrich::{Discovered, EnrichedDrain, EnrichedSample, ProcessInfo, spark::TaskThread},
 };
 
@@ -212,20 +214,47 @@ impl Symbolizer {
         kernel_addrs.dedup();
         self.kernel.resolve(&kernel_addrs);
 
+        // Off-CPU time of one process often has the same stacks in many
+        // threads (a pool's threads wait in one place): named once a drain.
+        // Their frames count nothing (statistics count on-CPU samples), so
+        // naming them again would give the same frames. Over a testbed job
+        // a fifth of the off-CPU user frames repeated within their drain.
+        let mut off_cpu: crate::FastMap<OffCpuStacks<'_>, usize> = Default::default();
+        let mut frames: Vec<Vec<Frame>> = Vec::with_capacity(drain.samples.len());
+        for sample in &drain.samples {
+            let raw = &sample.raw;
+            let SampleKind::OffCpu(state) = raw.kind else {
+                frames.push(self.frames(&sample.process, raw, runtime));
+                continue;
+            };
+            let key = OffCpuStacks {
+                pid: sample.process.pid,
+                state,
+                user: &raw.user,
+                kernel: &raw.kernel,
+                python: raw.python.as_ref(),
+                hotspot: raw.hotspot.as_ref(),
+            };
+            if let Some(&first) = off_cpu.get(&key) {
+                frames.push(frames[first].clone());
+                continue;
+            }
+            off_cpu.insert(key, frames.len());
+            frames.push(self.frames(&sample.process, raw, runtime));
+        }
+        drop(off_cpu);
         let samples = drain
             .samples
             .into_iter()
-            .map(|sample| {
-                let frames = self.frames(&sample.process, &sample.raw, runtime);
-                SymbolizedSample {
-                    process: sample.process,
-                    tid: sample.raw.tid,
-                    thread_name: sample.thread_name,
-                    task: sample.task,
-                    kind: sample.raw.kind,
-                    frames,
-                    count: sample.raw.count,
-                }
+            .zip(frames)
+            .map(|(sample, frames)| SymbolizedSample {
+                process: sample.process,
+                tid: sample.raw.tid,
+                thread_name: sample.thread_name,
+                task: sample.task,
+                kind: sample.raw.kind,
+                frames,
+                count: sample.raw.count,
             })
             .collect();
         // Exited processes' last samples are named; now their caches can go.
@@ -378,6 +407,19 @@ impl Symbolizer {
     }
 }
 
+/// What an off-CPU sample's frames are made of, within one drain: its
+/// process (by pid: a drain's samples of one pid are one process), how
+/// it waited and its stacks.
+#[derive(PartialEq, Eq, Hash)]
+struct OffCpuStacks<'a> {
+    pid: u32,
+    state: OffCpuState,
+    user: &'a RawStack,
+    kernel: &'a RawStack,
+    python: Option<&'a RawPythonStack>,
+    hotspot: Option<&'a RawHotspotStack>,
+}
+
 /// At the root of a user stack whose walk ended outside code (cut after
 /// its outermost code frame).
 pub const NOT_CODE_MARKER: &str = "[walk left code]";
@@ -426,6 +468,141 @@ pub fn lookup_addresses(ips: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::enrich::{Runtime, spark::SparkProcess};
+
+    /// A runtime that claims every user address and names it by its
+    /// value, counting what it names and with which count.
+    #[derive(Default)]
+    struct Claiming {
+        named: Vec<(u64, u64)>,
+    }
+
+    impl RuntimeFrames for Claiming {
+        fn new_drain(&mut self, _: &[EnrichedSample]) {}
+        fn claim(&mut self, _: &Arc<ProcessInfo>, _: Vec<u64>) -> Vec<u64> {
+            Vec::new()
+        }
+        fn resolve(&mut self) {}
+        fn claimed(
+            &mut self,
+            _: &ProcessInfo,
+            addr: u64,
+            count: u64,
+            frames: &mut Vec<Frame>,
+        ) -> bool {
+            self.named.push((addr, count));
+            frames.push(Frame::new(&format!("f{addr:x}"), FrameKind::Jit));
+            true
+        }
+        fn interpreter_frames(
+            &mut self,
+            _: u32,
+            _: &RawPythonStack,
+            native: Vec<Frame>,
+        ) -> Vec<Frame> {
+            native
+        }
+        fn recorded_frames(
+            &mut self,
+            _: &ProcessInfo,
+            _: &HotspotFrame,
+            _: bool,
+            _: u64,
+            _: &mut Vec<Frame>,
+        ) -> bool {
+            false
+        }
+    }
+
+    fn sample(
+        process: &Arc<ProcessInfo>,
+        tid: u32,
+        kind: SampleKind,
+        ips: &[u64],
+    ) -> EnrichedSample {
+        EnrichedSample {
+            raw: RawSample {
+                tgid: process.pid,
+                tid,
+                name_epoch: 0,
+                comm: "pool".into(),
+                user: RawStack::Frames {
+                    ips: ips.to_vec(),
+                    truncated: false,
+                },
+                kernel: RawStack::Absent,
+                python: None,
+                hotspot: None,
+                kind,
+                count: 5,
+            },
+            process: process.clone(),
+            thread_name: format!("pool-{tid}"),
+            task: None,
+        }
+    }
+
+    #[test]
+    fn off_cpu_stacks_a_drain_repeats_are_named_once_and_on_cpu_ones_each_time() {
+        let process = Arc::new(ProcessInfo {
+            pid: 4242,
+            start_ticks: 7,
+            name: "java".into(),
+            kernel_thread: false,
+            runtime: Runtime::Native,
+            spark: SparkProcess::other(),
+        });
+        let sleep = SampleKind::OffCpu(OffCpuState::Sleep);
+        let (wait, other) = ([0x1000, 0x2001], [0x1000, 0x3001]);
+        let now = std::time::SystemTime::now();
+        let drain = EnrichedDrain {
+            start: now,
+            end: now,
+            samples: vec![
+                sample(&process, 1, sleep, &wait),
+                sample(&process, 2, sleep, &wait),
+                sample(&process, 3, SampleKind::OffCpu(OffCpuState::Io), &wait),
+                sample(&process, 4, sleep, &other),
+                sample(&process, 5, SampleKind::OnCpu, &wait),
+                sample(&process, 6, SampleKind::OnCpu, &wait),
+            ],
+            exited: Vec::new(),
+        };
+        let mut runtime = Claiming::default();
+        let named = Symbolizer::new().symbolize(drain, &Discovered::default(), &mut runtime);
+        let names = |index: usize| -> Vec<String> {
+            named.samples[index]
+                .frames
+                .iter()
+                .map(|frame| frame.name.to_string())
+                .collect()
+        };
+        // Two threads waiting in one place: one stack, named once.
+        assert_eq!(names(0), ["f2000", "f1000", "[off-cpu: sleep]"]);
+        assert_eq!(names(1), names(0));
+        assert_eq!(named.samples[1].tid, 2);
+        // Another way of waiting, or another place: named for themselves.
+        assert_eq!(names(2), ["f2000", "f1000", "[off-cpu: io]"]);
+        assert_eq!(names(3), ["f3000", "f1000", "[off-cpu: sleep]"]);
+        // On-CPU samples are named each, with their counts (the JIT
+        // statistics count them).
+        assert_eq!(names(4), ["f2000", "f1000"]);
+        assert_eq!(names(5), names(4));
+        let off_cpu = runtime
+            .named
+            .iter()
+            .filter(|(_, count)| *count == 0)
+            .count();
+        let on_cpu: Vec<&(u64, u64)> = runtime
+            .named
+            .iter()
+            .filter(|(_, count)| *count > 0)
+            .collect();
+        assert_eq!(off_cpu, 6, "three distinct off-CPU stacks of two frames");
+        assert_eq!(on_cpu.len(), 4);
+        assert!(on_cpu.iter().all(|(_, count)| *count == 5));
+    }
 
     #[test]
     fn callers_are_looked_up_inside_the_call() {
