@@ -2,7 +2,8 @@
 
 use std::{fmt::Write as _, io};
 
-use crate::symbolize::{FrameKind, SymbolizedSample};
+#[cfg(test)]
+use crate::symbolize::SymbolizedSample;
 
 /// Makes a name safe as one folded frame: `;` separates frames and a line
 /// ends the record, so neither may appear inside a name.
@@ -14,7 +15,7 @@ pub fn sanitize(name: &str) -> String {
 
 /// Appends [`sanitize`]`(name)` to `line`. Every frame of every sample
 /// passes here, and almost no name needs a change: those are copied whole.
-fn push_sanitized(line: &mut String, name: &str) {
+pub(super) fn push_sanitized(line: &mut String, name: &str) {
     if !needs_sanitizing(name) {
         line.push_str(name);
         return;
@@ -27,7 +28,7 @@ fn push_sanitized(line: &mut String, name: &str) {
 }
 
 /// Whether `name` holds a byte [`sanitize`] changes.
-fn needs_sanitizing(name: &str) -> bool {
+pub(super) fn needs_sanitizing(name: &str) -> bool {
     reserved_bytes(name) != (0, false)
 }
 
@@ -53,45 +54,14 @@ pub fn file_stem(name: &str) -> String {
 
 /// The stack part of a folded line (without the count): process, thread
 /// (as `thread` names it), then frames root first, kernel frames suffixed
-/// `_[k]`, JIT frames `_[j]`.
+/// `_[k]`, JIT frames `_[j]`, inlined ones `_[i]`; every name sanitized.
+/// As the writer makes it ([`super::lines`]).
+#[cfg(test)]
 pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
-    // Sized once: a line of C++ and Java names outgrew a guess several
-    // times over, and every growth copies it.
-    let frames_len: usize = sample.frames.iter().map(|f| f.name.len() + 5).sum();
-    let mut line =
-        String::with_capacity(sample.process.name.len() + thread.len() + 16 + frames_len);
-    // Names almost never hold a byte the format reserves: the line is
-    // built as it comes and checked once, whole (a check of each name
-    // apart was most of what building a line cost), and built again
-    // sanitized only if a name held one.
-    let push = |line: &mut String, name: &str, sanitized: bool| {
-        if sanitized {
-            push_sanitized(line, name);
-        } else {
-            line.push_str(name);
-        }
-    };
-    for sanitized in [false, true] {
-        line.clear();
-        push(&mut line, &sample.process.name, sanitized);
-        let _ = write!(line, " [{}];", sample.process.pid);
-        push(&mut line, thread, sanitized);
-        for frame in &sample.frames {
-            line.push(';');
-            push(&mut line, &frame.name, sanitized);
-            match frame.kind {
-                FrameKind::Kernel => line.push_str("_[k]"),
-                FrameKind::Jit => line.push_str("_[j]"),
-                FrameKind::Inlined => line.push_str("_[i]"),
-                FrameKind::User | FrameKind::Python | FrameKind::Marker => {}
-            }
-        }
-        // The separators written above, and nothing else reserved.
-        if sanitized || reserved_bytes(&line) == (1 + sample.frames.len(), false) {
-            break;
-        }
-    }
-    line
+    let mut pieces = super::lines::Pieces::default();
+    let mut line = Vec::new();
+    pieces.stack(sample, thread, &mut line);
+    pieces.line(&line)
 }
 
 /// How many `;` `text` holds, and whether it holds a line break or a tab.
@@ -163,7 +133,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{enrich::ProcessInfo, symbolize::Frame};
+    use crate::{
+        enrich::ProcessInfo,
+        symbolize::{Frame, FrameKind},
+    };
 
     #[test]
     fn folds_root_first_with_kernel_suffix() {

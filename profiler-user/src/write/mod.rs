@@ -59,6 +59,7 @@ pub mod colours;
 pub mod folded;
 pub mod index;
 pub mod labels;
+pub mod lines;
 pub mod output_dir;
 pub mod pprof;
 pub mod table;
@@ -327,7 +328,8 @@ fn role_file(role: Role) -> &'static str {
 struct OutputFile {
     rel_path: PathBuf,
     entry: index::FileEntry,
-    stacks: crate::FastMap<String, u64>,
+    /// Counts by line (see [`lines`]).
+    stacks: crate::FastMap<lines::Line, u64>,
     dirty: bool,
     /// Written whole (folded and SVG) at least once: only then does the
     /// index list it.
@@ -339,8 +341,13 @@ struct OutputFile {
 }
 
 impl OutputFile {
-    fn add(&mut self, line: String, count: u64, start: SystemTime, end: SystemTime) {
-        *self.stacks.entry(line).or_insert(0) += count;
+    fn add(&mut self, line: &[u32], count: u64, start: SystemTime, end: SystemTime) {
+        match self.stacks.get_mut(line) {
+            Some(counted) => *counted += count,
+            None => {
+                self.stacks.insert(line.into(), count);
+            }
+        }
         self.entry.samples += count;
         self.entry.extend_time(start, end);
         self.dirty = true;
@@ -355,14 +362,10 @@ impl OutputFile {
     }
 
     /// Sums a short-lived process's file into its program's, under the
-    /// program's process frame.
-    fn absorb(&mut self, other: OutputFile, root: &str) {
-        for (line, count) in other.stacks {
-            let rest = line.split_once(';').map(|(_, rest)| rest);
-            let line = match rest {
-                Some(rest) => format!("{root};{rest}"),
-                None => root.to_owned(),
-            };
+    /// program's process frame (the piece numbered `root`).
+    fn absorb(&mut self, other: OutputFile, root: u32) {
+        for (mut line, count) in other.stacks {
+            line[0] = root;
             *self.stacks.entry(line).or_insert(0) += count;
         }
         self.entry.absorb(&other.entry);
@@ -407,6 +410,10 @@ pub struct Writer {
     indexed: std::collections::HashSet<PathBuf>,
     /// Folded files and on-CPU samples the last index it wrote lists.
     index_totals: (usize, u64),
+    /// The pieces of every file's lines.
+    pieces: lines::Pieces,
+    /// Room for a sample's line.
+    line: Vec<u32>,
 }
 
 impl Writer {
@@ -417,6 +424,7 @@ impl Writer {
             "write.stacks",
             self.files.values().map(|file| file.stacks.len()).sum(),
         );
+        held.add("write.line_pieces", self.pieces.len());
         held.add("write.pending_processes", self.pending.len());
         held.add("write.long_lived", self.long_lived.len());
     }
@@ -435,6 +443,8 @@ impl Writer {
             written: Default::default(),
             indexed: Default::default(),
             index_totals: (0, 0),
+            pieces: Default::default(),
+            line: Vec::new(),
         }
     }
 
@@ -506,7 +516,7 @@ impl Writer {
         let program = Group::ShortLived {
             name: process.name.clone(),
         };
-        let root = short_lived_frame(&process.name);
+        let root = self.pieces.number(&short_lived_frame(&process.name));
         for kind in [ProfileKind::Cpu, ProfileKind::Offcpu, ProfileKind::Wall] {
             let Some(file) = self.files.remove(&(kind, own.clone())) else {
                 continue;
@@ -518,7 +528,7 @@ impl Writer {
                 .or(self.start)
                 .unwrap_or(SystemTime::UNIX_EPOCH);
             self.file(kind, &program, &process, start)
-                .absorb(file, &root);
+                .absorb(file, root);
         }
     }
 
@@ -535,13 +545,15 @@ impl Writer {
             (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.into(),
             _ => sample.thread_name.as_str().into(),
         };
-        let line = folded::stack_line(sample, &thread);
+        let mut line = std::mem::take(&mut self.line);
+        self.pieces.stack(sample, &thread, &mut line);
         if self.options.wall_us_per_sample.is_some() {
             self.file(ProfileKind::Wall, &group, &sample.process, start)
                 .touch(start, end);
         }
         self.file(ProfileKind::of(sample.kind), &group, &sample.process, start)
-            .add(line, sample.count, start, end);
+            .add(&line, sample.count, start, end);
+        self.line = line;
         group
     }
 
@@ -665,7 +677,11 @@ impl Writer {
                     file.entry.samples = micros;
                     text
                 }
-                None => folded::render(file.stacks.iter().map(|(line, &n)| (line.as_str(), n))),
+                None => folded::render(
+                    file.stacks
+                        .iter()
+                        .map(|(line, &n)| (self.pieces.line(line), n)),
+                ),
             };
             let svg_rel = file.rel_path.with_extension("svg");
             let twin_rel = pprof::twin_path(&file.rel_path);
@@ -730,7 +746,7 @@ impl Writer {
                         &labels,
                         file.stacks
                             .iter()
-                            .map(|(stack, &count)| (Cow::Borrowed(stack.as_str()), count)),
+                            .map(|(stack, &count)| (Cow::Owned(self.pieces.line(stack)), count)),
                     );
                 }
             }
@@ -778,12 +794,12 @@ impl Writer {
         };
         let on_cpu = stacks(ProfileKind::Cpu).map(|(line, &count)| {
             (
-                Cow::Owned(format!("{line};{ON_CPU_FRAME}")),
+                Cow::Owned(format!("{};{ON_CPU_FRAME}", self.pieces.line(line))),
                 (count as f64 * us_per_sample).round() as u64,
             )
         });
         let off_cpu = stacks(ProfileKind::Offcpu)
-            .map(|(line, &micros)| (Cow::Borrowed(line.as_str()), micros));
+            .map(|(line, &micros)| (Cow::Owned(self.pieces.line(line)), micros));
         on_cpu.chain(off_cpu).collect()
     }
 

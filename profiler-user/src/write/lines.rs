@@ -1,0 +1,205 @@
+//! The folded lines a writer holds, kept as numbers: each piece of a line
+//! (the process frame, the thread frame, each frame with its suffix) is
+//! kept once, as the text it has in the folded file, and a line is the
+//! numbers of its pieces, process first.
+//!
+//! Why: a Spark executor's lines are long (2.2 KB on average over a
+//! testbed job, 5,700 of them on-CPU and 6,300 off-CPU), and they were
+//! kept as text. Building each sample's line to look it up (copying every
+//! name, scanning it for separators, hashing it whole) was about a twentieth
+//! of sparkprof's CPU on a Spark host, and the lines most of the memory its
+//! recording grew by. As numbers, a line is a tenth of that, and a sample's
+//! frames are mostly names the symbolizer hands out again and again, found
+//! here by their allocation without reading them.
+//!
+//! Texts are made only when a file is written ([`Pieces::line`]).
+
+use std::{fmt::Write as _, sync::Arc};
+
+use super::folded::{push_sanitized, sanitize};
+use crate::{
+    FastMap,
+    symbolize::{Frame, FrameKind, SymbolizedSample},
+};
+
+/// A folded line: the numbers of its pieces, process first.
+pub type Line = Box<[u32]>;
+
+/// Frame names kept by their allocation, then started over (a name made
+/// afresh for every sample, such as a marker, would add one each time).
+const MAX_NAMES: usize = 65_536;
+
+/// Every piece of the lines of one writer, each once.
+#[derive(Debug, Default)]
+pub struct Pieces {
+    /// A piece's text by its number.
+    texts: Vec<Arc<str>>,
+    numbers: FastMap<Arc<str>, u32>,
+    /// Frames by the allocation of their name, and kind. The names are
+    /// held (`names`), so no other name is ever at one of these addresses.
+    by_name: FastMap<(usize, FrameKind), u32>,
+    names: Vec<Arc<str>>,
+    /// Room for the process frame's text.
+    scratch: String,
+}
+
+impl Pieces {
+    /// Pieces held.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+
+    /// The line of `sample`, its thread named `thread`, into `line`.
+    pub fn stack(&mut self, sample: &SymbolizedSample, thread: &str, line: &mut Vec<u32>) {
+        line.clear();
+        let mut process = std::mem::take(&mut self.scratch);
+        process.clear();
+        push_sanitized(&mut process, &sample.process.name);
+        let _ = write!(process, " [{}]", sample.process.pid);
+        line.push(self.number(&process));
+        self.scratch = process;
+        line.push(self.sanitized(thread));
+        line.extend(sample.frames.iter().map(|frame| self.frame(frame)));
+    }
+
+    /// The number of a piece `text`, which needs no sanitizing.
+    pub fn number(&mut self, text: &str) -> u32 {
+        if let Some(&number) = self.numbers.get(text) {
+            return number;
+        }
+        let number = u32::try_from(self.texts.len()).expect("fewer than 2^32 pieces");
+        let text: Arc<str> = Arc::from(text);
+        self.texts.push(text.clone());
+        self.numbers.insert(text, number);
+        number
+    }
+
+    fn sanitized(&mut self, name: &str) -> u32 {
+        match super::folded::needs_sanitizing(name) {
+            false => self.number(name),
+            true => self.number(&sanitize(name)),
+        }
+    }
+
+    fn frame(&mut self, frame: &Frame) -> u32 {
+        // Markers are short, and often made afresh: by their text.
+        if frame.kind == FrameKind::Marker {
+            return self.sanitized(&frame.name);
+        }
+        let key = (Arc::as_ptr(&frame.name).cast::<u8>() as usize, frame.kind);
+        if let Some(&number) = self.by_name.get(&key) {
+            return number;
+        }
+        let mut text = sanitize(&frame.name);
+        text.push_str(match frame.kind {
+            FrameKind::Kernel => "_[k]",
+            FrameKind::Jit => "_[j]",
+            FrameKind::Inlined => "_[i]",
+            FrameKind::User | FrameKind::Python | FrameKind::Marker => "",
+        });
+        let number = self.number(&text);
+        if self.names.len() >= MAX_NAMES {
+            self.by_name.clear();
+            self.names.clear();
+        }
+        self.by_name.insert(key, number);
+        self.names.push(frame.name.clone());
+        number
+    }
+
+    /// A line's text: its pieces separated by `;`.
+    pub fn line(&self, line: &[u32]) -> String {
+        let len: usize = line.iter().map(|&n| self.texts[n as usize].len() + 1).sum();
+        let mut text = String::with_capacity(len);
+        for (index, &number) in line.iter().enumerate() {
+            if index > 0 {
+                text.push(';');
+            }
+            text.push_str(&self.texts[number as usize]);
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enrich::{ProcessInfo, Runtime, spark::SparkProcess};
+
+    fn sample(frames: Vec<Frame>) -> SymbolizedSample {
+        SymbolizedSample {
+            process: Arc::new(ProcessInfo {
+                pid: 9,
+                start_ticks: 1,
+                name: "py;thon".into(),
+                kernel_thread: false,
+                runtime: Runtime::Native,
+                spark: SparkProcess::other(),
+            }),
+            tid: 10,
+            thread_name: "main".into(),
+            task: None,
+            kind: crate::collect::SampleKind::OnCpu,
+            frames,
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn the_same_text_is_one_piece_whatever_allocation_its_name_has() {
+        let mut pieces = Pieces::default();
+        let shared: Arc<str> = "work".into();
+        let frame = |name: &Arc<str>, kind| Frame {
+            name: name.clone(),
+            kind,
+        };
+        let first = sample(vec![
+            frame(&shared, FrameKind::Jit),
+            frame(&shared, FrameKind::Inlined),
+            frame(&"a;b".into(), FrameKind::User),
+            Frame::marker("[off-cpu: sleep]"),
+        ]);
+        // The same texts, from names allocated anew.
+        let again = sample(vec![
+            frame(&"work".into(), FrameKind::Jit),
+            frame(&shared, FrameKind::Inlined),
+            frame(&"a;b".into(), FrameKind::User),
+            Frame::marker("[off-cpu: sleep]"),
+        ]);
+        let (mut one, mut two) = (Vec::new(), Vec::new());
+        pieces.stack(&first, "pool;1", &mut one);
+        pieces.stack(&again, "pool;1", &mut two);
+        assert_eq!(one, two);
+        assert_eq!(
+            pieces.line(&one),
+            "py:thon [9];pool:1;work_[j];work_[i];a:b;[off-cpu: sleep]"
+        );
+        // A kind is part of the piece: the same name twice, two pieces.
+        assert_eq!(pieces.len(), 6);
+        assert_eq!(pieces.number("pool:1"), one[1]);
+    }
+
+    #[test]
+    fn names_held_by_allocation_are_bounded() {
+        let mut pieces = Pieces::default();
+        let mut line = Vec::new();
+        for n in 0..MAX_NAMES + 10 {
+            let name: Arc<str> = format!("f{}", n % 3).into();
+            pieces.stack(
+                &sample(vec![Frame {
+                    name,
+                    kind: FrameKind::User,
+                }]),
+                "t",
+                &mut line,
+            );
+            assert!(pieces.names.len() <= MAX_NAMES);
+        }
+        // Process, thread, three frames.
+        assert_eq!(pieces.len(), 5);
+    }
+}
