@@ -65,7 +65,9 @@ pub fn stack_line(sample: &SymbolizedSample, thread: &str) -> String {
 }
 
 /// How many `;` `text` holds, and whether it holds a line break or a tab.
-/// Every stack line of a sample goes through it whole. Counted in 32
+/// Every name of a folded line goes through it (once, when the writer
+/// first meets it: see [`super::lines`]; it once went through every
+/// sample's whole line, which the figures below are of). Counted in 32
 /// byte-wide lanes, summed across lanes once per 255 blocks of 32 bytes
 /// (what a lane's byte counter holds): the compiler turns each block into a
 /// few vector compares and adds, with no branch per byte and no sum across

@@ -65,7 +65,6 @@ pub mod pprof;
 pub mod table;
 
 use std::{
-    borrow::Cow,
     collections::HashMap,
     io,
     path::{Path, PathBuf},
@@ -746,7 +745,7 @@ impl Writer {
                         &labels,
                         file.stacks
                             .iter()
-                            .map(|(stack, &count)| (Cow::Owned(self.pieces.line(stack)), count)),
+                            .map(|(stack, &count)| (self.pieces.line(stack), count)),
                     );
                 }
             }
@@ -784,7 +783,7 @@ impl Writer {
     /// line) under an [`ON_CPU_FRAME`] leaf, and its off-CPU stacks as
     /// they are. The two never share a line: every off-CPU stack ends in
     /// the frame that says how the thread waited.
-    fn wall_lines(&self, group: &Group) -> Vec<(Cow<'_, str>, u64)> {
+    fn wall_lines(&self, group: &Group) -> Vec<(String, u64)> {
         let us_per_sample = self.options.wall_us_per_sample.unwrap_or(0.0);
         let stacks = |kind| {
             self.files
@@ -794,12 +793,12 @@ impl Writer {
         };
         let on_cpu = stacks(ProfileKind::Cpu).map(|(line, &count)| {
             (
-                Cow::Owned(format!("{};{ON_CPU_FRAME}", self.pieces.line(line))),
+                format!("{};{ON_CPU_FRAME}", self.pieces.line(line)),
                 (count as f64 * us_per_sample).round() as u64,
             )
         });
-        let off_cpu = stacks(ProfileKind::Offcpu)
-            .map(|(line, &micros)| (Cow::Owned(self.pieces.line(line)), micros));
+        let off_cpu =
+            stacks(ProfileKind::Offcpu).map(|(line, &micros)| (self.pieces.line(line), micros));
         on_cpu.chain(off_cpu).collect()
     }
 
