@@ -65,8 +65,10 @@ const COMM_BYTES: usize = 15;
 /// this, a dump asked for just before a task thread's rename could give
 /// the next task's name to the epoch of the task before it: the samples
 /// of that epoch still to be drained went to the next task's stage (the
-/// bench's stage attribution once found 1 of 7,367 samples there).
-const RENAME_LAG: Duration = Duration::from_millis(100);
+/// bench's stage attribution once found 1 of 7,367 samples there). A name
+/// tied to one epoch is tied only if the epoch is the same this long after
+/// the dump answered (the dumper waits for it).
+pub(crate) const RENAME_LAG: Duration = Duration::from_millis(100);
 
 /// Epochs kept per thread at most, whatever [`ThreadNames::prune`] keeps:
 /// a bound against a thread that renames itself in a tight loop.

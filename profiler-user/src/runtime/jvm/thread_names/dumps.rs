@@ -24,7 +24,7 @@ use tracing::{debug, info};
 use super::NameFeed;
 use crate::{
     collect::Collector,
-    enrich::name_history::{DumpedThread, ThreadDump},
+    enrich::name_history::{DumpedThread, RENAME_LAG, ThreadDump},
 };
 
 /// When thread dumps are taken.
@@ -142,8 +142,8 @@ impl ThreadDumper {
 
     /// Dumps the JVMs that are due, in parallel (each blocks on its JVM for a
     /// fraction of a second), and returns what they said. The threads' name
-    /// epochs are read before and after, so that a name is tied to the epoch
-    /// it belongs to whenever no rename came in between.
+    /// epochs are read before and [`RENAME_LAG`] after, so that a name is
+    /// tied to the epoch it belongs to whenever no rename came in between.
     pub fn run(&mut self, sampled: &[u32], collector: &Collector) -> Vec<ThreadDump> {
         let due = self.due(sampled);
         if due.is_empty() {
@@ -168,6 +168,23 @@ impl ThreadDumper {
                 })
                 .collect()
         });
+        // A thread renaming itself stores its new Java name (what a dump
+        // reads) before the native rename that starts its new epoch, and
+        // that rename waits for the dump's safepoint to end: on a busy host
+        // it can land after the dump has answered and after epochs read at
+        // once. The next task's name would then be tied, as exact, to the
+        // epoch of the task before it, whose samples still to be named go
+        // to the next task's stage (how the bench's stage attribution could
+        // find 1 of 7,296 there). The epochs are read again no sooner than
+        // a rename that late could land, as untied names are judged
+        // (`RENAME_LAG`).
+        let answered = results
+            .iter()
+            .filter_map(|(_, result)| Some(result.as_ref().ok()?.done))
+            .max();
+        if let Some(answered) = answered {
+            std::thread::sleep(wait_for_late_renames(answered, SystemTime::now()));
+        }
         let mut dumps = Vec::new();
         for (pid, result) in results {
             let Some(jvm) = self.jvms.get_mut(&pid) else {
@@ -205,6 +222,14 @@ impl ThreadDumper {
         }
         dumps
     }
+}
+
+/// How long after `now` a rename that started before a dump `answered`
+/// may still land (see [`RENAME_LAG`]).
+fn wait_for_late_renames(answered: SystemTime, now: SystemTime) -> Duration {
+    (answered + RENAME_LAG)
+        .duration_since(now)
+        .unwrap_or_default()
 }
 
 /// One thread dump, with thread ids translated to the host's.
@@ -277,6 +302,21 @@ mod tests {
         // Not twice within the minimum interval.
         dumper.jvms.get_mut(&20).unwrap().last = Some(Instant::now());
         assert!(dumper.due(&[20]).is_empty());
+    }
+
+    #[test]
+    fn epochs_are_read_again_once_a_late_rename_would_have_landed() {
+        let answered = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let ms = Duration::from_millis;
+        assert_eq!(wait_for_late_renames(answered, answered), RENAME_LAG);
+        assert_eq!(
+            wait_for_late_renames(answered, answered + ms(30)),
+            RENAME_LAG - ms(30)
+        );
+        assert_eq!(
+            wait_for_late_renames(answered, answered + RENAME_LAG + ms(1)),
+            Duration::ZERO
+        );
     }
 
     #[test]
