@@ -225,11 +225,13 @@ impl ThreadDumper {
 }
 
 /// How long after `now` a rename that started before a dump `answered`
-/// may still land (see [`RENAME_LAG`]).
+/// may still land (see [`RENAME_LAG`]); never longer than that, however
+/// the wall clock was set back meanwhile (the drains wait on it).
 fn wait_for_late_renames(answered: SystemTime, now: SystemTime) -> Duration {
     (answered + RENAME_LAG)
         .duration_since(now)
         .unwrap_or_default()
+        .min(RENAME_LAG)
 }
 
 /// One thread dump, with thread ids translated to the host's.
@@ -317,6 +319,9 @@ mod tests {
             wait_for_late_renames(answered, answered + RENAME_LAG + ms(1)),
             Duration::ZERO
         );
+        // The clock set back an hour since the answer: the wait stays bounded.
+        let set_back = answered - Duration::from_secs(3600);
+        assert_eq!(wait_for_late_renames(answered, set_back), RENAME_LAG);
     }
 
     #[test]
