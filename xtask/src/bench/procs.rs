@@ -402,6 +402,78 @@ impl ProgStats {
     }
 }
 
+/// What sparkprof's BPF programs ran in the kernel, by kind of program:
+/// `run_time_ns` and `run_cnt` summed over the programs a process holds
+/// (each counted once by its id), read while `kernel.bpf_stats_enabled`
+/// is 1. The difference of two readings is what ran in between.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KernelRuns {
+    /// `(run_time_ns, run_cnt)` by [`KernelRuns::KINDS`].
+    pub(crate) by_kind: [(u64, u64); 4],
+}
+
+impl KernelRuns {
+    /// The kinds of program, as a table names them: the samplers
+    /// (`perf_event`), the tracepoints (`sched_switch`, task renames and
+    /// exits: BTF tracepoints are `tracing` programs), the uprobes (the
+    /// JVM's thread renames: `kprobe` programs), and any other.
+    pub(crate) const KINDS: [&'static str; 4] =
+        ["perf_event (samples)", "tracepoints", "uprobes", "other"];
+
+    pub(crate) fn read(pid: i32) -> Result<Self> {
+        // `prog_type` numbers of the kernel's `enum bpf_prog_type`.
+        const KPROBE: u64 = 2;
+        const TRACEPOINT: u64 = 5;
+        const RAW_TRACEPOINT: u64 = 17;
+        const TRACING: u64 = 26;
+        let mut seen = Vec::new();
+        let mut runs = Self::default();
+        for (path, info) in bpf_prog_fdinfos(pid)? {
+            let field = |name: &str| fdinfo_field(&info, name);
+            let id = field("prog_id");
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id);
+            let kind = match field("prog_type") {
+                Some(BPF_PROG_TYPE_PERF_EVENT) => 0,
+                Some(TRACEPOINT | RAW_TRACEPOINT | TRACING) => 1,
+                Some(KPROBE) => 2,
+                _ => 3,
+            };
+            let (run_time_ns, run_cnt) = fdinfo_run_stats(&path, &info)?;
+            runs.by_kind[kind].0 += run_time_ns;
+            runs.by_kind[kind].1 += run_cnt;
+        }
+        if seen.is_empty() {
+            bail!("process {pid} holds no BPF program");
+        }
+        Ok(runs)
+    }
+
+    /// What ran since `before` (a program loaded since counts from 0).
+    pub(crate) fn since(&self, before: &Self) -> Self {
+        let mut runs = *self;
+        for (now, then) in runs.by_kind.iter_mut().zip(before.by_kind) {
+            now.0 = now.0.saturating_sub(then.0);
+            now.1 = now.1.saturating_sub(then.1);
+        }
+        runs
+    }
+
+    pub(crate) fn add(mut self, other: Self) -> Self {
+        for (sum, more) in self.by_kind.iter_mut().zip(other.by_kind) {
+            sum.0 += more.0;
+            sum.1 += more.1;
+        }
+        self
+    }
+
+    pub(crate) fn total_ns(&self) -> u64 {
+        self.by_kind.iter().map(|(ns, _)| ns).sum()
+    }
+}
+
 /// `(fdinfo path, fdinfo text)` of every BPF program process `pid` holds.
 pub(crate) fn bpf_prog_fdinfos(pid: i32) -> Result<Vec<(String, String)>> {
     let fds = format!("/proc/{pid}/fd");

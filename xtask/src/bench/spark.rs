@@ -7,7 +7,10 @@
 //!    order alternates. The time is the driver's own, from the event log:
 //!    first job submitted to last job completed. The cluster's CPU over
 //!    each job (a cgroup), and where it went (the threads that exited
-//!    during it, by name: see [`super::exits`]).
+//!    during it, by name: see [`super::exits`]). What sparkprof's BPF
+//!    programs ran in the kernel during each profiled job
+//!    (`kernel.bpf_stats_enabled`): the part of its cost to the job that is
+//!    measured exactly, where the pairs' difference is a noisy estimate.
 //! 2. Stage attribution of the fake executor
 //!    (`tests/workloads/spark/CoarseGrainedExecutorBackend.java`, the JVM of
 //!    `tests/tests/stages.rs`): the share of each stage's hot method's
@@ -33,8 +36,8 @@ use sparkprof_tests::{
 };
 
 use super::{
-    Bench, Profiler, Running, Tool, cpu_time, mean_and_sd, median, met, pause, progress,
-    spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
+    Bench, KernelRuns, Profiler, Running, SysctlGuard, Tool, cpu_time, mean_and_sd, median, met,
+    pause, progress, spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use super::{exits, job_cgroup::JobCgroup};
 use crate::workspace_root;
@@ -136,6 +139,10 @@ pub struct JobRun {
     pub sparkprof_cpu: Option<(Duration, Duration)>,
     /// Where sparkprof's CPU went over its whole run.
     pub stages: Option<SparkprofStages>,
+    /// What sparkprof's BPF programs ran in the kernel while the job ran:
+    /// CPU they take from whatever thread they interrupt or trace, the
+    /// job's above all.
+    pub kernel: Option<KernelRuns>,
     /// CPU time of the cluster's cgroup over the job: driver, executors,
     /// Python workers (and the idle Master and Worker).
     pub job_cpu: Duration,
@@ -311,20 +318,36 @@ pub(super) fn job_pairs_then<T>(
                 true => Some(Running::start(profiler, bench, "spark")?),
                 false => None,
             };
+            // The kernel counts its BPF programs' runs and time only while
+            // asked to (about 20 ns a run): during the job, when profiled.
+            let bpf_stats = match &running {
+                Some(_) => Some(SysctlGuard::set("kernel/bpf_stats_enabled", "1")?),
+                None => None,
+            };
             let before = match &running {
-                Some(r) => Some((cpu_time(r.pid())?, Instant::now())),
+                Some(r) => Some((
+                    cpu_time(r.pid())?,
+                    Instant::now(),
+                    KernelRuns::read(r.pid())?,
+                )),
                 None => None,
             };
             let cluster_before = group.usage()?;
             let exits = exits::Listener::start()?;
             let job = run_job_in(&mut cluster, &group)?;
-            let (sparkprof_cpu, window) = match (&running, before) {
-                (Some(r), Some((cpu, wall))) => {
+            let (sparkprof_cpu, window, kernel) = match (&running, before) {
+                (Some(r), Some((cpu, wall, runs))) => {
                     let now = cpu_time(r.pid())?;
-                    (Some((now - cpu, wall.elapsed())), Some((cpu, now)))
+                    let kernel = KernelRuns::read(r.pid())?.since(&runs);
+                    (
+                        Some((now - cpu, wall.elapsed())),
+                        Some((cpu, now)),
+                        Some(kernel),
+                    )
                 }
-                _ => (None, None),
+                _ => (None, None, None),
             };
+            drop(bpf_stats);
             // The executors of the application exit after it: their last
             // CPU belongs to this job.
             pause(Duration::from_secs(2))?;
@@ -348,6 +371,7 @@ pub(super) fn job_pairs_then<T>(
                 )?,
                 sparkprof_cpu,
                 stages,
+                kernel,
                 job_cpu,
                 threads_cpu,
             };
@@ -358,13 +382,14 @@ pub(super) fn job_pairs_then<T>(
                 run.jobs_s,
                 run.app_s,
                 run.job_cpu.as_secs_f64(),
-                match sparkprof_cpu {
-                    Some((cpu, wall)) => format!(
-                        ", sparkprof {:.2} s of CPU in {:.1} s",
+                match (sparkprof_cpu, kernel) {
+                    (Some((cpu, wall)), Some(kernel)) => format!(
+                        ", sparkprof {:.2} s of CPU in {:.1} s, its BPF programs {:.3} s",
                         cpu.as_secs_f64(),
-                        wall.as_secs_f64()
+                        wall.as_secs_f64(),
+                        kernel.total_ns() as f64 / 1e9
                     ),
-                    None => String::new(),
+                    _ => String::new(),
                 },
                 exits::CLASSES
                     .iter()
@@ -877,6 +902,56 @@ impl Runtime {
             100.0 * (mean - 1.0)
         );
         text += &self.threads_markdown();
+        text += &self.kernel_markdown();
+        text
+    }
+
+    /// What sparkprof's BPF programs ran in the kernel during the jobs:
+    /// the one part of sparkprof's cost to the job that is measured, not
+    /// estimated from pairs (they run on the job's threads' time when they
+    /// sample or trace them).
+    fn kernel_markdown(&self) -> String {
+        let runs: Vec<(KernelRuns, f64)> = self
+            .pairs
+            .iter()
+            .filter_map(|p| Some((p.profiled.kernel?, p.profiled.job_cpu.as_secs_f64())))
+            .collect();
+        let n = runs.len();
+        if n == 0 {
+            return String::new();
+        }
+        let total = runs
+            .iter()
+            .fold(KernelRuns::default(), |sum, (runs, _)| sum.add(*runs));
+        let job_s: f64 = runs.iter().map(|(_, job)| job).sum();
+        let mut text = format!(
+            "\nsparkprof's BPF programs in the kernel while the job ran \
+             (`kernel.bpf_stats_enabled=1` during the {n} jobs with sparkprof, restored \
+             afterwards; `run_time_ns` and `run_cnt` from the fdinfo of sparkprof's programs \
+             before and after each job), mean per job. They run on the time of the thread they \
+             sample or trace (the job's, mostly; the host's other threads and idle CPUs too), so \
+             their share of the job's CPU is an upper bound of what they add to it:\n\n\
+             | programs | runs per job | µs per run | ms per job | share of the job's CPU |\n\
+             |---|--:|--:|--:|--:|\n"
+        );
+        let share = |ns: u64| 100.0 * ns as f64 / 1e9 / job_s;
+        for (kind, (ns, count)) in KernelRuns::KINDS.iter().zip(total.by_kind) {
+            if count == 0 {
+                continue;
+            }
+            text += &format!(
+                "| {kind} | {:.0} | {:.2} | {:.1} | {:.3} % |\n",
+                count as f64 / n as f64,
+                ns as f64 / 1e3 / count as f64,
+                ns as f64 / 1e6 / n as f64,
+                share(ns),
+            );
+        }
+        text += &format!(
+            "| all | | | {:.1} | **{:.3} %** |\n",
+            total.total_ns() as f64 / 1e6 / n as f64,
+            share(total.total_ns())
+        );
         text
     }
 
