@@ -59,7 +59,8 @@ struct RecordArgs {
     #[arg(long, short, default_value = "profiles")]
     output: PathBuf,
     /// Seconds between rewrites of the output files during a long recording
-    /// (flame graphs are redrawn at most every 10 minutes until it ends).
+    /// (a flame graph is drawn once its file settles, else at most every 10
+    /// minutes, until it ends).
     #[arg(long, default_value_t = 60)]
     flush_interval: u64,
     /// Seconds to keep retrying the final write when it fails (e.g. a full disk).

@@ -117,6 +117,31 @@ pub fn render<S: AsRef<str>>(stacks: impl IntoIterator<Item = (S, u64)>) -> Stri
     text
 }
 
+/// What stands in for a flame graph not drawn yet (a recording's file that
+/// still changes at a checkpoint): an SVG page that says so, so that every
+/// graph the index lists is there. The end of the recording draws it.
+pub fn stand_in_graph(title: &str) -> Vec<u8> {
+    let mut escaped = String::with_capacity(title.len());
+    for c in title.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            c => escaped.push(c),
+        }
+    }
+    format!(
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n\
+         <svg version=\"1.1\" width=\"1200\" height=\"80\" xmlns=\"http://www.w3.org/2000/svg\">\n\
+         <text x=\"600\" y=\"30\" text-anchor=\"middle\" font-size=\"17\">{escaped}</text>\n\
+         <text x=\"600\" y=\"60\" text-anchor=\"middle\" font-size=\"13\">\
+         Still recording: this flame graph is drawn once its folded file stops changing, \
+         and at the end of the recording.</text>\n</svg>\n"
+    )
+    .into_bytes()
+}
+
 /// An interactive SVG flame graph of folded text, its frames coloured by
 /// kind (see [`super::colours`]).
 pub fn flame_graph(folded: &str, title: &str, unit: &str) -> io::Result<Vec<u8>> {

@@ -26,11 +26,12 @@
 //! `record` rewrites the files every `--flush-interval` (a checkpoint, so
 //! that a recording cut short keeps what it had counted). A checkpoint
 //! rewrites every changed folded and pprof file, the samples table and
-//! the index, but draws a flame graph only for a file written for the
-//! first time or whose graph is [`SVG_REDRAW`] old: until the recording
-//! ends, an SVG may show less than its folded file. The end of the
-//! recording (and each window of the daemon) draws every graph from what
-//! its file holds.
+//! the index, but draws a flame graph only for a file that has settled
+//! (unchanged since the last checkpoint) or whose graph is [`SVG_REDRAW`]
+//! old; a new file that still changes gets a stand-in page until then.
+//! Until the recording ends, an SVG may show less than its folded file.
+//! The end of the recording (and each window of the daemon) draws every
+//! graph from what its file holds.
 //!
 //! # Short-lived processes
 //! A process outside Spark gets a file of its own once it is seen alive
@@ -337,9 +338,28 @@ struct OutputFile {
     /// changed since (a [`Writer::checkpoint`] may leave it as it was).
     svg_drawn: Option<Instant>,
     svg_stale: bool,
+    /// When a stand-in took the place of its graph, not drawn yet.
+    stand_in_at: Option<Instant>,
 }
 
 impl OutputFile {
+    /// Whether writing it now draws its flame graph, and whether it writes
+    /// a stand-in page instead: see [`Writer::checkpoint`]. A graph behind
+    /// its folded file is drawn at the end (`draw_all`), when the file has
+    /// settled (unchanged since it was last written: a stage that ended,
+    /// a process gone quiet) if it was never drawn, or when it is
+    /// [`SVG_REDRAW`] old. The index lists a file's graph with it: until
+    /// the first is drawn, a page that says so stands in for it.
+    fn graph(&self, draw_all: bool) -> (bool, bool) {
+        let behind = self.dirty || self.svg_stale;
+        let age = self.svg_drawn.or(self.stand_in_at).map(|at| at.elapsed());
+        let draw = behind
+            && (draw_all
+                || (!self.dirty && self.svg_drawn.is_none())
+                || age.is_some_and(|age| age >= SVG_REDRAW));
+        (draw, self.dirty && !draw && !self.on_disk)
+    }
+
     fn add(&mut self, line: &[u32], count: u64, start: SystemTime, end: SystemTime) {
         match self.stacks.get_mut(line) {
             Some(counted) => *counted += count,
@@ -579,6 +599,7 @@ impl Writer {
                     on_disk: false,
                     svg_drawn: None,
                     svg_stale: false,
+                    stand_in_at: None,
                 },
             );
         }
@@ -631,12 +652,18 @@ impl Writer {
     /// [`flush`](Self::flush) during a recording, so that a recording cut
     /// short (killed, the host lost) keeps what it had counted: every
     /// changed folded and pprof file is rewritten, but a flame graph is
-    /// drawn only for a file written for the first time or whose graph is
-    /// [`SVG_REDRAW`] old. Drawing was most of what a rewrite cost (over a
-    /// Spark job with a flush every 10 s, the SVGs were 30 % of sparkprof's
-    /// CPU and the whole flush 55 %), and every rewrite drew again each
-    /// changed file from all it had counted. The end of the recording
-    /// draws every graph whose file changed since.
+    /// drawn only for a file that has settled (unchanged since it was last
+    /// written, as a stage's file once the stage ended) or whose graph is
+    /// [`SVG_REDRAW`] old. A file written for the first time while it still
+    /// changes gets a stand-in page that says its graph is to come (the
+    /// index lists the graph with the file). Drawing was most of what a
+    /// rewrite cost (over a Spark job with a flush every 10 s, the SVGs
+    /// were 30 % of sparkprof's CPU and the whole flush 55 %); drawing each
+    /// new file at its first checkpoint drew a Spark job's files twice, the
+    /// second time at the end, and was half of the first checkpoint's CPU
+    /// (about 0.5 s on a Spark host, measured with `perf record` over a
+    /// testbed job). The end of the recording draws every graph whose file
+    /// changed since it was drawn.
     pub fn checkpoint(&mut self, header: &index::Header) -> io::Result<usize> {
         self.write_files(header, false)
     }
@@ -651,7 +678,7 @@ impl Writer {
             .cloned()
             .collect();
         let due = |key: &(ProfileKind, Group), file: &OutputFile| {
-            (file.dirty || (draw_all && file.svg_stale)) && !hidden.contains(key)
+            (file.dirty || file.graph(draw_all).0) && !hidden.contains(key)
         };
         // The wall-clock files to write, drawn from their groups' on- and
         // off-CPU files before those are borrowed for writing.
@@ -667,10 +694,7 @@ impl Writer {
             if !due(key, file) {
                 continue;
             }
-            let draw = draw_all
-                || file
-                    .svg_drawn
-                    .is_none_or(|drawn| drawn.elapsed() >= SVG_REDRAW);
+            let (draw, stand_in) = file.graph(draw_all);
             let text = match walls.remove(key) {
                 Some((text, micros)) => {
                     file.entry.samples = micros;
@@ -686,24 +710,35 @@ impl Writer {
             let twin_rel = pprof::twin_path(&file.rel_path);
             let labels =
                 labels::FileLabels::of_entry(&header.host, header.sample_period_ns(), &file.entry);
-            let result =
-                atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes()).and_then(|()| {
+            let result = (|| {
+                if file.dirty {
+                    atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes())?;
                     self.written.insert(file.rel_path.clone());
-                    if draw {
-                        let svg = folded::flame_graph(&text, &file.entry.title(), file.entry.unit)?;
-                        atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
-                        self.written.insert(svg_rel.clone());
-                    }
+                }
+                if draw || stand_in {
+                    let svg = match draw {
+                        true => folded::flame_graph(&text, &file.entry.title(), file.entry.unit)?,
+                        false => folded::stand_in_graph(&file.entry.title()),
+                    };
+                    atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
+                    self.written.insert(svg_rel.clone());
+                }
+                if file.dirty {
                     let twin = pprof::encode(&[(&labels, labels::folded_lines(&text).collect())])?;
-                    atomic::write_atomic(&self.dir, &twin_rel, &twin)
-                });
+                    atomic::write_atomic(&self.dir, &twin_rel, &twin)?;
+                    self.written.insert(twin_rel.clone());
+                }
+                io::Result::Ok(())
+            })();
             match result {
                 Ok(()) => {
-                    self.written.insert(twin_rel);
                     file.dirty = false;
                     file.on_disk = true;
                     if draw {
                         file.svg_drawn = Some(Instant::now());
+                    }
+                    if stand_in {
+                        file.stand_in_at = Some(Instant::now());
                     }
                     file.svg_stale = !draw;
                     written += 1;
@@ -898,7 +933,7 @@ mod tests {
     }
 
     #[test]
-    fn checkpoints_keep_folded_files_current_and_graphs_drawn_once_until_the_end() {
+    fn checkpoints_keep_folded_files_current_and_draw_graphs_once_files_settle() {
         let dir = tempfile::tempdir().unwrap();
         let mut writer = writer(dir.path(), None);
         let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
@@ -910,23 +945,42 @@ mod tests {
         };
         let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
         let (folded, svg) = ("processes/java-10.cpu.folded", "processes/java-10.cpu.svg");
-        // A file's first checkpoint draws its graph: the index never lists
-        // one that is not there.
+        // A file still changing at its first checkpoint gets a stand-in
+        // for its graph: the index never lists one that is not there.
         writer.add(drain(0, "first_leaf"));
         writer.checkpoint(&header()).unwrap();
-        let drawn = read(svg);
-        assert!(drawn.contains("first_leaf"));
+        assert!(read(folded).contains("first_leaf"));
+        let stand_in = read(svg);
+        assert!(stand_in.contains("Still recording") && !stand_in.contains("first_leaf"));
         assert_eq!(index_files(dir.path())[0]["svg"], svg);
-        // The next checkpoint rewrites the folded file, not the graph.
+        // Unchanged at the next checkpoint: settled, its graph is drawn.
+        writer.checkpoint(&header()).unwrap();
+        let drawn = read(svg);
+        assert!(drawn.contains("first_leaf") && !drawn.contains("Still recording"));
+        // Changed again: the folded file is rewritten, the graph is not
+        // (drawn once until SVG_REDRAW or the end), not even when the file
+        // settles again.
         writer.add(drain(1, "second_leaf"));
         writer.checkpoint(&header()).unwrap();
         assert!(read(folded).contains("second_leaf"));
+        writer.checkpoint(&header()).unwrap();
         assert_eq!(read(svg), drawn);
         // The end of the recording draws it from all it counted.
         writer.flush(&header()).unwrap();
         let last = read(svg);
         assert!(last.contains("first_leaf") && last.contains("second_leaf"));
         assert_eq!(index_files(dir.path())[0]["samples"], 6);
+        // Nothing changed since: the next flush draws nothing again.
+        std::fs::remove_file(dir.path().join(svg)).unwrap();
+        writer.flush(&header()).unwrap();
+        assert!(!dir.path().join(svg).exists());
+    }
+
+    #[test]
+    fn a_stand_in_graph_is_valid_svg_whatever_the_title() {
+        let page = String::from_utf8(folded::stand_in_graph("a <b> & \"c\"")).unwrap();
+        assert!(page.contains("a &lt;b&gt; &amp; &quot;c&quot;"));
+        assert!(page.starts_with("<?xml") && page.trim_end().ends_with("</svg>"));
     }
 
     #[test]
