@@ -374,22 +374,15 @@ pub(crate) struct ProgStats {
 
 impl ProgStats {
     pub(crate) fn read(pid: i32) -> Result<Self> {
-        let mut seen = Vec::new();
         let mut stats = Self {
             programs: 0,
             run_time_ns: 0,
             run_cnt: 0,
         };
-        for (path, info) in bpf_prog_fdinfos(pid)? {
-            let field = |name: &str| fdinfo_field(&info, name);
-            if field("prog_type") != Some(BPF_PROG_TYPE_PERF_EVENT) {
+        for (prog_type, path, info) in bpf_programs(pid)? {
+            if prog_type != Some(BPF_PROG_TYPE_PERF_EVENT) {
                 continue;
             }
-            let id = field("prog_id");
-            if seen.contains(&id) {
-                continue;
-            }
-            seen.push(id);
             let (run_time_ns, run_cnt) = fdinfo_run_stats(&path, &info)?;
             stats.programs += 1;
             stats.run_time_ns += run_time_ns;
@@ -426,26 +419,20 @@ impl KernelRuns {
         const TRACEPOINT: u64 = 5;
         const RAW_TRACEPOINT: u64 = 17;
         const TRACING: u64 = 26;
-        let mut seen = Vec::new();
+        let programs = bpf_programs(pid)?;
         let mut runs = Self::default();
-        for (path, info) in bpf_prog_fdinfos(pid)? {
-            let field = |name: &str| fdinfo_field(&info, name);
-            let id = field("prog_id");
-            if seen.contains(&id) {
-                continue;
-            }
-            seen.push(id);
-            let kind = match field("prog_type") {
+        for (prog_type, path, info) in &programs {
+            let kind = match prog_type {
                 Some(BPF_PROG_TYPE_PERF_EVENT) => 0,
                 Some(TRACEPOINT | RAW_TRACEPOINT | TRACING) => 1,
                 Some(KPROBE) => 2,
                 _ => 3,
             };
-            let (run_time_ns, run_cnt) = fdinfo_run_stats(&path, &info)?;
+            let (run_time_ns, run_cnt) = fdinfo_run_stats(path, info)?;
             runs.by_kind[kind].0 += run_time_ns;
             runs.by_kind[kind].1 += run_cnt;
         }
-        if seen.is_empty() {
+        if programs.is_empty() {
             bail!("process {pid} holds no BPF program");
         }
         Ok(runs)
@@ -472,6 +459,22 @@ impl KernelRuns {
     pub(crate) fn total_ns(&self) -> u64 {
         self.by_kind.iter().map(|(ns, _)| ns).sum()
     }
+}
+
+/// `(prog_type, fdinfo path, fdinfo text)` of each BPF program process
+/// `pid` holds, once by its id (a program may have several descriptors).
+fn bpf_programs(pid: i32) -> Result<Vec<(Option<u64>, String, String)>> {
+    let mut seen = Vec::new();
+    let mut programs = Vec::new();
+    for (path, info) in bpf_prog_fdinfos(pid)? {
+        let id = fdinfo_field(&info, "prog_id");
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        programs.push((fdinfo_field(&info, "prog_type"), path, info));
+    }
+    Ok(programs)
 }
 
 /// `(fdinfo path, fdinfo text)` of every BPF program process `pid` holds.
