@@ -588,6 +588,14 @@ impl ReadMemory for HeldOnly<'_> {
     }
 }
 
+/// A reader lent: what reads through a [`CachedMemory`] or a round's
+/// [`HeldOnly`] blocks also reads through a reference to them.
+impl<T: ReadMemory + ?Sized> ReadMemory for &T {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        (**self).read(addr, buf)
+    }
+}
+
 impl ReadMemory for CachedMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         if !in_user_space(addr, buf.len()) {

@@ -9,7 +9,7 @@ use tracing::debug;
 use super::types::{InstrFormat, PythonError, StructOffsets};
 use super::{
     line_table::LineTable,
-    memory::{Memory, ReadMemory as _, field_u32, field_u64},
+    memory::{Memory, ReadMemory, field_u32, field_u64},
 };
 
 /// Characters of a string (function or file name) read at most; a longer
@@ -29,21 +29,29 @@ pub struct TypeAddresses {
     pub bytes: Option<u64>,
 }
 
+/// Whether `addr` can be an object's (non-null, aligned).
+pub fn object_address(addr: u64) -> bool {
+    addr != 0 && addr.is_multiple_of(8)
+}
+
 /// What a code object is called in errors.
 const CODE: &str = "code object";
 
-/// Reads CPython objects of one version from one process.
+/// Reads CPython objects of one version from one process, through
+/// `memory`: the process's, or blocks of it read ahead (see
+/// [`crate::sys::memory::CachedMemory`]).
 #[derive(Debug, Clone, Copy)]
-pub struct ObjectReader {
-    pub memory: Memory,
+pub struct ObjectReader<M = Memory> {
+    pub pid: u32,
+    pub memory: M,
     pub offsets: &'static StructOffsets,
     pub types: TypeAddresses,
 }
 
-impl ObjectReader {
+impl<M: ReadMemory> ObjectReader<M> {
     fn bad(&self, what: &'static str, addr: u64, reason: impl Into<String>) -> PythonError {
         PythonError::BadObject {
-            pid: self.memory.pid(),
+            pid: self.pid,
             what,
             addr,
             reason: reason.into(),
@@ -158,16 +166,11 @@ impl ObjectReader {
 
     /// The fixed part of a code object: checks that `addr` holds one.
     pub fn read_code_header(&self, addr: u64) -> Result<CodeHeader, PythonError> {
-        if !Self::object_address(addr) {
+        if !object_address(addr) {
             return Err(self.bad(CODE, addr, "not an object address"));
         }
         let block = self.memory.read_vec(addr, self.offsets.code_read_len())?;
         self.code_header(addr, &block)
-    }
-
-    /// Whether `addr` can be an object's (non-null, aligned).
-    pub fn object_address(addr: u64) -> bool {
-        addr != 0 && addr.is_multiple_of(8)
     }
 
     /// The fixed part of the code object at `addr` from its bytes (as

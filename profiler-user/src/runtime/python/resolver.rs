@@ -17,13 +17,16 @@ use tracing::{debug, warn};
 
 use crate::{
     collect::PythonThread,
-    sys::proc::{self, Mapping},
+    sys::{
+        memory::CachedMemory,
+        proc::{self, Mapping},
+    },
 };
 
 use super::{
     memory::{self, Memory, ReadMemory as _},
     module::{self, FileNameVersion},
-    objects::{CodeHeader, CodeInfo, ObjectReader, TypeAddresses},
+    objects::{CodeHeader, CodeInfo, ObjectReader, TypeAddresses, object_address},
     process::{self, FileMapping},
     threads,
     types::{
@@ -67,6 +70,9 @@ pub struct PythonProcess {
     runtime: u64,
     offsets: &'static StructOffsets,
     reader: ObjectReader,
+    /// The process's memory as this drain read it ahead for its new code
+    /// objects ([`Self::prefetch_headers`]), let go at every drain.
+    cached: CachedMemory,
     /// Where the C library keeps the thread id in `struct pthread`, once
     /// found ([`PY_NO_OFFSET`] until then).
     pthread_tid_offset: AtomicU32,
@@ -238,10 +244,12 @@ impl PythonProcess {
                 runtime,
                 offsets,
                 reader: ObjectReader {
+                    pid,
                     memory,
                     offsets,
                     types,
                 },
+                cached: CachedMemory::new(memory),
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
                 last_threads: Mutex::new(None),
                 codes: HashMap::new(),
@@ -512,7 +520,7 @@ impl PythonProcess {
             let Some(header) = header else {
                 return Err(PythonError::ProcessGone { pid: self.pid });
             };
-            let info = self.reader.read_code(addr, &header)?;
+            let info = self.cached_reader().read_code(addr, &header)?;
             if self.codes.len() >= MAX_CACHED_CODES {
                 debug!(pid = self.pid, "python code cache full: starting over");
                 self.codes.clear();
@@ -537,6 +545,23 @@ impl PythonProcess {
     pub fn new_drain(&mut self) {
         self.drain += 1;
         self.headers.clear();
+        self.cached.clear();
+    }
+
+    /// Reads objects through the blocks this drain read ahead.
+    fn cached_reader(&self) -> ObjectReader<&CachedMemory> {
+        let ObjectReader {
+            pid,
+            offsets,
+            types,
+            ..
+        } = self.reader;
+        ObjectReader {
+            pid,
+            memory: &self.cached,
+            offsets,
+            types,
+        }
     }
 
     /// Reads at once the headers of these code objects (a drain's) that
@@ -547,7 +572,7 @@ impl PythonProcess {
         let drain = self.drain;
         let mut wanted: Vec<u64> = codes
             .into_iter()
-            .filter(|&code| ObjectReader::object_address(code))
+            .filter(|&code| object_address(code))
             .filter(|code| {
                 self.codes
                     .get(code)
@@ -566,6 +591,32 @@ impl PythonProcess {
                 self.headers.insert(code, header);
             }
         }
+        // The code objects not read yet (or changed): their names and line
+        // tables, a level at a time for all of them. Read one by one, each
+        // took six system calls (a string's header, then its characters,
+        // twice, and the table's), a quarter of what naming Python frames
+        // cost on a Spark host, whose applications each bring new workers.
+        let fresh: Vec<(u64, CodeHeader)> = self
+            .headers
+            .iter()
+            .filter(|&(code, header)| {
+                self.codes
+                    .get(code)
+                    .is_none_or(|cached| cached.info.header != *header)
+            })
+            .map(|(&code, &header)| (code, header))
+            .collect();
+        let reader = self.reader;
+        self.cached.prefetch_rounds(fresh, |held, (code, header)| {
+            let probe = ObjectReader {
+                pid: reader.pid,
+                memory: held,
+                offsets: reader.offsets,
+                types: reader.types,
+            };
+            // What it reads is all that matters here.
+            let _ = probe.read_code(*code, header);
+        });
     }
 
     /// Code objects in the cache.
