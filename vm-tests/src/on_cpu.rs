@@ -34,6 +34,14 @@ pub fn check_on_cpu(collector: &mut Collector, _pid: u32) -> Result<String, Stri
     let in_spin = sum(on_cpu_samples(&drained, spinner_tid)
         .filter(|s| matches!(&s.user, RawStack::Frames { ips, .. } if spin.contains(&ips[0])))
         .map(|s| s.count));
+    // A stack whose hash bucket another stack holds is not stored
+    // (`bpf_get_stackid`'s EEXIST, counted in `user_stacks_lost`); its
+    // samples are still counted, without it. One of the spin loop's few
+    // stacks colliding took a fifth of its samples once: they are lost, not
+    // wrong, and the leaf is checked in the stacks stored.
+    let collided = sum(on_cpu_samples(&drained, spinner_tid)
+        .filter(|s| matches!(s.user, RawStack::Lost(err) if err == -libc::EEXIST))
+        .map(|s| s.count));
     let expected = FREQUENCY_HZ as f64 * elapsed;
     if (total as f64) < 0.3 * expected || (total as f64) > 1.3 * expected {
         return Err(format!(
@@ -41,10 +49,17 @@ pub fn check_on_cpu(collector: &mut Collector, _pid: u32) -> Result<String, Stri
              (expected about {expected:.0})"
         ));
     }
-    if (in_spin as f64) < 0.9 * total as f64 {
+    if 2 * collided > total {
         return Err(format!(
-            "only {in_spin} of {total} samples of the spinning thread have their user leaf in \
-             {} [{:#x}, {:#x})",
+            "{collided} of {total} samples of the spinning thread lost their user stack to \
+             stack-map collisions"
+        ));
+    }
+    let stored = total - collided;
+    if (in_spin as f64) < 0.9 * stored as f64 {
+        return Err(format!(
+            "only {in_spin} of {stored} samples of the spinning thread with a user stack have \
+             their user leaf in {} [{:#x}, {:#x})",
             workload::SPIN_SYMBOL,
             spin.start,
             spin.end
@@ -64,8 +79,8 @@ pub fn check_on_cpu(collector: &mut Collector, _pid: u32) -> Result<String, Stri
     }
     Ok(format!(
         "{total} samples of the spinning thread in {elapsed:.2} s (expected {expected:.0}), \
-         {in_spin} with the user leaf in {}; {in_kernel} of {reader_total} samples of the \
-         /dev/zero reader with kernel stacks",
+         {in_spin} with the user leaf in {} ({collided} without a user stack: collisions); \
+         {in_kernel} of {reader_total} samples of the /dev/zero reader with kernel stacks",
         workload::SPIN_SYMBOL
     ))
 }
