@@ -48,6 +48,18 @@ pub struct ObjectReader<M = Memory> {
     pub types: TypeAddresses,
 }
 
+impl<M> ObjectReader<M> {
+    /// The same reader of the same process, through `memory` instead.
+    pub fn through<N>(&self, memory: N) -> ObjectReader<N> {
+        ObjectReader {
+            pid: self.pid,
+            memory,
+            offsets: self.offsets,
+            types: self.types,
+        }
+    }
+}
+
 impl<M: ReadMemory> ObjectReader<M> {
     fn bad(&self, what: &'static str, addr: u64, reason: impl Into<String>) -> PythonError {
         PythonError::BadObject {

@@ -550,18 +550,7 @@ impl PythonProcess {
 
     /// Reads objects through the blocks this drain read ahead.
     fn cached_reader(&self) -> ObjectReader<&CachedMemory> {
-        let ObjectReader {
-            pid,
-            offsets,
-            types,
-            ..
-        } = self.reader;
-        ObjectReader {
-            pid,
-            memory: &self.cached,
-            offsets,
-            types,
-        }
+        self.reader.through(&self.cached)
     }
 
     /// Reads at once the headers of these code objects (a drain's) that
@@ -608,14 +597,8 @@ impl PythonProcess {
             .collect();
         let reader = self.reader;
         self.cached.prefetch_rounds(fresh, |held, (code, header)| {
-            let probe = ObjectReader {
-                pid: reader.pid,
-                memory: held,
-                offsets: reader.offsets,
-                types: reader.types,
-            };
             // What it reads is all that matters here.
-            let _ = probe.read_code(*code, header);
+            let _ = reader.through(held).read_code(*code, header);
         });
     }
 
