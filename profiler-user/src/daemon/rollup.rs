@@ -18,7 +18,9 @@
 //! long application's are drawn a logarithmic number of times), and every
 //! file not drawn at its last samples is redrawn when the application
 //! completes and when the daemon stops. Its folded text is exact at every
-//! window; the index says when its drawings lag (`drawn`).
+//! window; the index says when its drawings lag (`drawn`). A file's first
+//! drawings are its first window's, copied: the same stacks drawn the
+//! same way.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -174,10 +176,8 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
         for entry in &entries {
             let rel = &entry.path[format!("spark/{app}/").len()..];
             let text = fs::read_to_string(window.join(&entry.path))?;
-            let summed = sum_folded(
-                &fs::read_to_string(root.join(rel)).unwrap_or_default(),
-                &text,
-            );
+            let before = fs::read_to_string(root.join(rel)).unwrap_or_default();
+            let summed = sum_folded(&before, &text);
             atomic::write_atomic(&root, Path::new(rel), summed.text.as_bytes())?;
             let mut file = match rollup.files.iter().position(|f| f.path == rel) {
                 Some(at) => rollup.files.swap_remove(at),
@@ -194,8 +194,12 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             file.samples = summed.total;
             file.start = earliest(&file.start, &entry.start);
             file.end = latest(&file.end, &entry.end);
-            if redraw(rollup.drawn.get(rel).copied(), file.samples) {
-                draw(&root, &rollup, &file, &summed.text)?;
+            // A file this window brings whole is what the window drew.
+            let copied = before.is_empty() && copy_drawings(window, entry, &root, &file);
+            if copied || redraw(rollup.drawn.get(rel).copied(), file.samples) {
+                if !copied {
+                    draw(&root, &rollup, &file, &summed.text)?;
+                }
                 rollup.drawn.insert(file.path.clone(), file.samples);
             }
             rollup.files.push(file);
@@ -264,19 +268,34 @@ fn draw_lagging(root: &Path, rollup: &mut RollupIndex) -> io::Result<bool> {
 }
 
 /// Draws a roll-up file's flame graph and its pprof twin, over the
-/// roll-up's whole time, from its folded `text`.
+/// roll-up's whole time, from its folded `text`. The graph's title is the
+/// one a window gives the file (see [`copy_drawings`]).
 fn draw(root: &Path, rollup: &RollupIndex, file: &ReadEntry, text: &str) -> io::Result<()> {
-    let title = format!(
-        "{}: {}",
-        rollup.app_id,
-        file.path.trim_end_matches(".folded")
-    );
-    let svg = folded::flame_graph(text, &title, &file.unit)?;
+    let svg = folded::flame_graph(text, &file.title(), &file.unit)?;
     atomic::write_atomic(root, Path::new(&file.svg), &svg)?;
     let period = 1_000_000_000 / rollup.frequency_hz.max(1);
     let labels = FileLabels::of_read(&rollup.host, period, file);
     let twin = pprof::encode(&[(&labels, folded_lines(text).collect())])?;
     atomic::write_atomic(root, Path::new(&file.pprof), &twin)
+}
+
+/// Makes the published window's flame graph and pprof twin of `entry`
+/// the roll-up's drawings of `file`, which holds just that window's
+/// samples: they are what [`draw`] would make (the same stacks, title and
+/// labels). Drawing was most of what a window's end cost the daemon on a
+/// Spark host, and a Spark application that lives a window or two had
+/// each of its files drawn twice, in the window and in the roll-up.
+/// Returns whether both were copied; if not (a window written by an older
+/// sparkprof, a file gone), the roll-up draws them.
+fn copy_drawings(window: &Path, entry: &ReadEntry, root: &Path, file: &ReadEntry) -> bool {
+    // Where the window's writer put them beside its folded file.
+    let folded = Path::new(&entry.path);
+    let copy = |from: PathBuf, to: &str| {
+        fs::read(window.join(from))
+            .and_then(|bytes| atomic::write_atomic(root, Path::new(to), &bytes))
+            .is_ok()
+    };
+    copy(folded.with_extension("svg"), &file.svg) && copy(pprof::twin_path(folded), &file.pprof)
 }
 
 /// A roll-up's index, if it has one sparkprof wrote.
@@ -422,6 +441,52 @@ mod tests {
         assert!(index.complete);
         assert_eq!(index.drawn.get(rel), Some(&18));
         assert!(svg().contains(">e ("), "{}", svg());
+    }
+
+    #[test]
+    fn a_file_new_in_a_window_takes_the_windows_drawings() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(APPS).join("app-1");
+        let (svg, twin) = ("executor-1/stage-2.cpu.svg", "executor-1/stage-2.cpu.pb.gz");
+        let add = |name: &str, folded: &str| {
+            let window = window(dir.path(), name, folded);
+            fs::write(
+                window.join("spark/app-1").join(svg),
+                format!("{name}'s graph"),
+            )
+            .unwrap();
+            fs::write(
+                window.join("spark/app-1").join(twin),
+                format!("{name}'s twin"),
+            )
+            .unwrap();
+            add_window(dir.path(), name, &window).unwrap();
+        };
+        add("w1", "java;a;b 10\n");
+        assert_eq!(fs::read_to_string(root.join(svg)).unwrap(), "w1's graph");
+        assert_eq!(fs::read_to_string(root.join(twin)).unwrap(), "w1's twin");
+        let drawn = || {
+            read_index(&root)
+                .unwrap()
+                .drawn
+                .get("executor-1/stage-2.cpu.folded")
+                .copied()
+        };
+        assert_eq!(drawn(), Some(10));
+        // The second window's samples are not all the roll-up's: drawn
+        // here, under the title the window's writer gives the file.
+        add("w2", "java;a;c 5\n");
+        assert_eq!(drawn(), Some(15));
+        let graph = fs::read_to_string(root.join(svg)).unwrap();
+        assert!(graph.contains(">c ("), "{graph}");
+        assert!(
+            graph.contains("sparkprof on-CPU: app-1 java [42], executor 1, stage 2"),
+            "{graph}"
+        );
+        assert_ne!(
+            fs::read_to_string(root.join(twin)).ok().as_deref(),
+            Some("w2's twin")
+        );
     }
 
     #[test]

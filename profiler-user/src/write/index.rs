@@ -160,31 +160,7 @@ impl FileEntry {
 
     /// Title of the file's flame graph.
     pub fn title(&self) -> String {
-        let mut who = match (&self.process, self.pid) {
-            (Some(name), Some(pid)) => format!("{name} [{pid}]"),
-            (Some(name), None) if self.processes.is_some() => format!(
-                "{name}, {} processes that lived under {} s",
-                self.processes.unwrap_or(0),
-                super::LONG_LIVED.as_secs()
-            ),
-            (Some(name), None) => name.clone(),
-            _ => self.path.clone(),
-        };
-        if let Some(app) = &self.app_id {
-            who = format!("{app} {who}");
-        }
-        if let Some(executor) = &self.executor_id {
-            who = format!("{who}, executor {executor}");
-        }
-        if let Some(stage) = self.stage_id {
-            who = format!("{who}, stage {stage}");
-        }
-        let kind = match self.kind {
-            ProfileKind::Cpu => "on-CPU",
-            ProfileKind::Offcpu => "off-CPU (microseconds)",
-            ProfileKind::Wall => "wall-clock, on- and off-CPU (microseconds)",
-        };
-        format!("sparkprof {kind}: {who}")
+        super::labels::FileLabels::of_entry("", 0, self).title(&self.path, self.processes)
     }
 }
 

@@ -51,6 +51,16 @@ pub struct ReadEntry {
     pub app_id: Option<String>,
     pub executor_id: Option<String>,
     pub stage_id: Option<u64>,
+    /// In a `short-lived/` file: how many processes it sums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u64>,
+}
+
+impl ReadEntry {
+    /// Its flame graph's title: the one its recording gave it.
+    pub fn title(&self) -> String {
+        FileLabels::of_read("", 0, self).title(&self.path, self.processes)
+    }
 }
 
 fn parse_time(text: &str) -> Option<SystemTime> {
@@ -93,6 +103,43 @@ impl FileLabels {
     }
 }
 
+impl FileLabels {
+    /// The title of the flame graph of the file at `path` (summing
+    /// `processes`, in a `short-lived/` file) these label: the same words
+    /// for a recording's file and for a daemon's roll-up of it, whose
+    /// first drawing is the window's.
+    pub fn title(&self, path: &str, processes: Option<u64>) -> String {
+        let mut who = match (&self.process, self.pid) {
+            (Some(name), Some(pid)) => format!("{name} [{pid}]"),
+            (Some(name), None) if processes.is_some() => format!(
+                "{name}, {} processes that lived under {} s",
+                processes.unwrap_or(0),
+                super::LONG_LIVED.as_secs()
+            ),
+            (Some(name), None) => name.clone(),
+            _ => path.to_owned(),
+        };
+        if let Some(app) = &self.app_id {
+            who = format!("{app} {who}");
+        }
+        if let Some(executor) = &self.executor_id {
+            who = format!("{who}, executor {executor}");
+        }
+        if let Some(stage) = self.stage_id {
+            who = format!("{who}, stage {stage}");
+        }
+        // Any kind but these (from an index a later sparkprof wrote) is
+        // shown as it is.
+        let kind = match self.kind.as_str() {
+            "cpu" => "on-CPU",
+            "offcpu" => "off-CPU (microseconds)",
+            "wall" => "wall-clock, on- and off-CPU (microseconds)",
+            other => other,
+        };
+        format!("sparkprof {kind}: {who}")
+    }
+}
+
 /// The (stack, count) pairs of folded text; lines that are not
 /// `stack count` are left out.
 pub fn folded_lines(text: &str) -> impl Iterator<Item = (&str, u64)> {
@@ -124,6 +171,33 @@ pub fn task(thread: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_read_back_has_the_title_it_was_written_with() {
+        use super::super::{ProfileKind, index::GroupMeta};
+        let now = SystemTime::now();
+        let meta = |short_lived: bool, stage_id| GroupMeta {
+            pid: (!short_lived).then_some(42),
+            process: Some("java".into()),
+            role: "executor",
+            app_id: Some("app-1".into()),
+            executor_id: Some("3".into()),
+            stage_id,
+            short_lived,
+        };
+        for kind in [ProfileKind::Cpu, ProfileKind::Offcpu, ProfileKind::Wall] {
+            for meta in [meta(false, Some(7)), meta(false, None), meta(true, None)] {
+                let path = std::path::Path::new("spark/app-1/executor-3/stage-7.cpu.folded");
+                let written = FileEntry::new(path, kind, &meta, now, now);
+                let read: ReadEntry =
+                    serde_json::from_value(serde_json::to_value(&written).unwrap()).unwrap();
+                assert_eq!(read.title(), written.title());
+                // Each kind in words, not as its file suffix.
+                let raw = format!("sparkprof {}:", kind.suffix());
+                assert!(!written.title().starts_with(&raw), "{}", written.title());
+            }
+        }
+    }
 
     #[test]
     fn lines_split_into_frames_and_count() {
