@@ -6,6 +6,7 @@
 
 use std::{
     fs,
+    os::unix::fs::MetadataExt,
     path::Path,
     time::{Duration, SystemTime},
 };
@@ -22,13 +23,16 @@ pub struct Removed {
     pub used_bytes: u64,
 }
 
-/// Bytes under `path` (files' sizes; symlinks are not followed).
+/// Bytes under `path` (files' sizes; symlinks are not followed). A file
+/// with more than one name (a roll-up's file that is its window's, see
+/// [`rollup`]) counts its share under each, so that the directory's total
+/// counts it once.
 pub fn disk_usage(path: &Path) -> u64 {
     let Ok(meta) = fs::symlink_metadata(path) else {
         return 0;
     };
     if !meta.is_dir() {
-        return meta.len();
+        return meta.len().div_ceil(meta.nlink().max(1));
     }
     fs::read_dir(path)
         .map(|entries| {
@@ -160,5 +164,17 @@ mod tests {
         assert!(!dir.path().join("windows").join(&mid).exists());
         assert!(dir.path().join("windows").join(&new).exists());
         assert!(foreign.exists());
+    }
+
+    #[test]
+    fn a_file_with_two_names_counts_once() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a"), vec![b'x'; 4000]).unwrap();
+        fs::write(dir.path().join("b"), vec![b'x'; 1000]).unwrap();
+        assert_eq!(disk_usage(dir.path()), 5000);
+        fs::create_dir(dir.path().join("apps")).unwrap();
+        fs::hard_link(dir.path().join("a"), dir.path().join("apps/a")).unwrap();
+        assert_eq!(disk_usage(dir.path()), 5000);
+        assert_eq!(disk_usage(&dir.path().join("apps")), 2000);
     }
 }

@@ -19,8 +19,9 @@
 //! file not drawn at its last samples is redrawn when the application
 //! completes and when the daemon stops. Its folded text is exact at every
 //! window; the index says when its drawings lag (`drawn`). A file's first
-//! drawings are its first window's, copied: the same stacks drawn the
-//! same way.
+//! window's files are its own until a later window adds to it: other names
+//! of them (hard links; copies where there are none), so that the window's
+//! retention does not take them.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -178,7 +179,13 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             let text = fs::read_to_string(window.join(&entry.path))?;
             let before = fs::read_to_string(root.join(rel)).unwrap_or_default();
             let summed = sum_folded(&before, &text);
-            atomic::write_atomic(&root, Path::new(rel), summed.text.as_bytes())?;
+            // A file new to the roll-up is the window's, byte for byte
+            // (both list their lines sorted): taken, with its drawings.
+            let window_file = Path::new(&entry.path);
+            let whole = before.is_empty() && summed.text == text;
+            if !(whole && take(window, window_file, &root, Path::new(rel))) {
+                atomic::write_atomic(&root, Path::new(rel), summed.text.as_bytes())?;
+            }
             let mut file = match rollup.files.iter().position(|f| f.path == rel) {
                 Some(at) => rollup.files.swap_remove(at),
                 None => ReadEntry {
@@ -194,10 +201,21 @@ pub fn add_window(dir: &Path, name: &str, window: &Path) -> io::Result<Vec<Strin
             file.samples = summed.total;
             file.start = earliest(&file.start, &entry.start);
             file.end = latest(&file.end, &entry.end);
-            // A file this window brings whole is what the window drew.
-            let copied = before.is_empty() && copy_drawings(window, entry, &root, &file);
-            if copied || redraw(rollup.drawn.get(rel).copied(), file.samples) {
-                if !copied {
+            let taken = whole
+                && take(
+                    window,
+                    &window_file.with_extension("svg"),
+                    &root,
+                    Path::new(&file.svg),
+                )
+                && take(
+                    window,
+                    &pprof::twin_path(window_file),
+                    &root,
+                    Path::new(&file.pprof),
+                );
+            if taken || redraw(rollup.drawn.get(rel).copied(), file.samples) {
+                if !taken {
                     draw(&root, &rollup, &file, &summed.text)?;
                 }
                 rollup.drawn.insert(file.path.clone(), file.samples);
@@ -279,23 +297,19 @@ fn draw(root: &Path, rollup: &RollupIndex, file: &ReadEntry, text: &str) -> io::
     atomic::write_atomic(root, Path::new(&file.pprof), &twin)
 }
 
-/// Makes the published window's flame graph and pprof twin of `entry`
-/// the roll-up's drawings of `file`, which holds just that window's
-/// samples: they are what [`draw`] would make (the same stacks, title and
-/// labels). Drawing was most of what a window's end cost the daemon on a
-/// Spark host, and a Spark application that lives a window or two had
-/// each of its files drawn twice, in the window and in the roll-up.
-/// Returns whether both were copied; if not (a window written by an older
-/// sparkprof, a file gone), the roll-up draws them.
-fn copy_drawings(window: &Path, entry: &ReadEntry, root: &Path, file: &ReadEntry) -> bool {
-    // Where the window's writer put them beside its folded file.
-    let folded = Path::new(&entry.path);
-    let copy = |from: PathBuf, to: &str| {
-        fs::read(window.join(from))
-            .and_then(|bytes| atomic::write_atomic(root, Path::new(to), &bytes))
-            .is_ok()
-    };
-    copy(folded.with_extension("svg"), &file.svg) && copy(pprof::twin_path(folded), &file.pprof)
+/// Makes the published window's file at `from` (relative to `window`) the
+/// roll-up's `to`: another name of it, or a copy where the file system has
+/// no hard links. A file the roll-up holds just that window's samples of
+/// is what the window wrote, folded text, flame graph ([`draw`] titles it
+/// the same) and pprof twin alike. Drawing was most of what a window's end
+/// cost the daemon on a Spark host, and writing the files again the next
+/// largest part; an application that lives a window or two had each of its
+/// files drawn and written twice. Returns whether it was taken.
+fn take(window: &Path, from: &Path, root: &Path, to: &Path) -> bool {
+    let from = window.join(from);
+    atomic::link_atomic(root, to, &from)
+        .or_else(|_| fs::read(&from).and_then(|bytes| atomic::write_atomic(root, to, &bytes)))
+        .is_ok()
 }
 
 /// A roll-up's index, if it has one sparkprof wrote.
@@ -444,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn a_file_new_in_a_window_takes_the_windows_drawings() {
+    fn a_file_new_in_a_window_takes_the_windows_files() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join(APPS).join("app-1");
         let (svg, twin) = ("executor-1/stage-2.cpu.svg", "executor-1/stage-2.cpu.pb.gz");
@@ -473,10 +487,27 @@ mod tests {
                 .copied()
         };
         assert_eq!(drawn(), Some(10));
+        let folded = "executor-1/stage-2.cpu.folded";
+        assert_eq!(
+            fs::read_to_string(root.join(folded)).unwrap(),
+            "java;a;b 10\n"
+        );
         // The second window's samples are not all the roll-up's: drawn
         // here, under the title the window's writer gives the file.
         add("w2", "java;a;c 5\n");
         assert_eq!(drawn(), Some(15));
+        assert_eq!(
+            fs::read_to_string(root.join(folded)).unwrap(),
+            "java;a;b 10\njava;a;c 5\n"
+        );
+        // The first window's files are as it wrote them: the roll-up's new
+        // ones took the place of its names for them, not their bytes.
+        let w1 = dir.path().join("windows/w1/spark/app-1");
+        assert_eq!(fs::read_to_string(w1.join(svg)).unwrap(), "w1's graph");
+        assert_eq!(
+            fs::read_to_string(w1.join(folded)).unwrap(),
+            "java;a;b 10\n"
+        );
         let graph = fs::read_to_string(root.join(svg)).unwrap();
         assert!(graph.contains(">c ("), "{graph}");
         assert!(
