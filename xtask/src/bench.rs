@@ -35,6 +35,10 @@
 //!    with thousands of threads.
 //! 9. Soak (see [`soak`]): `sparkprof daemon` for ten minutes under process
 //!    churn, its RSS and CPU over time.
+//! 10. The daemon on a Spark host (see [`spark`]): section 5's job pairs
+//!     with `sparkprof daemon` (60-s windows, roll-ups) in place of
+//!     `record`: its CPU while the job ran and per job over its whole run,
+//!     and the job's.
 //!
 //! This file holds the command line, the sections and the report; sections
 //! 1 to 3 and the harness for their peer profilers are in [`peers`], each
@@ -43,7 +47,7 @@
 //! them all.
 //!
 //! `--only SECTION[,SECTION]` runs some of them (`kernel`, `overhead`,
-//! `cost`, `jit`, `spark`, `offcpu`, `python`, `threads`, `soak`). Everything the profilers write goes to a scratch
+//! `cost`, `jit`, `spark`, `offcpu`, `python`, `threads`, `soak`, `spark-daemon`). Everything the profilers write goes to a scratch
 //! directory that is removed afterwards; the results are printed and each
 //! section is written into its own marked block of BENCHMARKS.md (see
 //! [`write_sections`]), so a partial run keeps the other sections' latest
@@ -86,7 +90,8 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
            offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
            python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python and a Java sample),
            threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs),
-           soak (the daemon for ten minutes under process churn: RSS and CPU over time);
+           soak (the daemon for ten minutes under process churn: RSS and CPU over time),
+           spark-daemon (the Spark job pairs with the daemon, 60-s windows, in place of record);
            default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
@@ -136,10 +141,11 @@ enum Section {
     Python,
     Threads,
     Soak,
+    SparkDaemon,
 }
 
 impl Section {
-    const ALL: [Section; 9] = [
+    const ALL: [Section; 10] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
@@ -149,6 +155,7 @@ impl Section {
         Section::Python,
         Section::Threads,
         Section::Soak,
+        Section::SparkDaemon,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -163,6 +170,7 @@ impl Section {
             Section::Python => "python",
             Section::Threads => "threads",
             Section::Soak => "soak",
+            Section::SparkDaemon => "spark-daemon",
         }
     }
 
@@ -184,6 +192,7 @@ impl Section {
                 | Section::Python
                 | Section::Threads
                 | Section::Soak
+                | Section::SparkDaemon
         )
     }
 }
@@ -280,6 +289,17 @@ pub fn run(args: &[String]) -> Result<()> {
         true => Some(soak::measure(&bench, options.soak)?),
         false => None,
     };
+    let spark_daemon = match wants(Section::SparkDaemon) {
+        true => Some(spark::job_pairs(
+            &bench,
+            spark_pairs,
+            Profiler {
+                tool: Tool::SparkprofDaemon,
+                hz: spark::JOB_HZ,
+            },
+        )?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -294,6 +314,7 @@ pub fn run(args: &[String]) -> Result<()> {
         python,
         threads,
         soak,
+        spark_daemon,
         incidents: bench.incidents.take(),
     };
 
@@ -446,6 +467,7 @@ struct Report {
     python: Option<python::PythonReport>,
     threads: Option<threads::ThreadsReport>,
     soak: Option<soak::SoakReport>,
+    spark_daemon: Option<spark::Runtime>,
     incidents: Vec<String>,
 }
 
@@ -482,6 +504,16 @@ impl Report {
         }
         if let Some(soak) = &self.soak {
             sections.push((Section::Soak, soak.markdown()));
+        }
+        if let Some(runtime) = &self.spark_daemon {
+            let text = format!(
+                "### 10. The daemon on a Spark host (section 5's job with `sparkprof daemon`)\n\n{}",
+                runtime.markdown(
+                    "10.1 The Spark job under the daemon",
+                    spark::TARGET_SLOWDOWN_PERCENT
+                )
+            );
+            sections.push((Section::SparkDaemon, text));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);

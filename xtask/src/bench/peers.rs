@@ -195,6 +195,8 @@ pub(crate) enum Tool {
     Sparkprof,
     /// `sparkprof record --off-cpu`.
     SparkprofOffCpu,
+    /// `sparkprof daemon`, with its default 60-s windows and roll-ups.
+    SparkprofDaemon,
     Perf,
     Bpftrace,
 }
@@ -211,6 +213,7 @@ impl std::fmt::Display for Profiler {
         let name = match self.tool {
             Tool::Sparkprof => "sparkprof",
             Tool::SparkprofOffCpu => "sparkprof --off-cpu",
+            Tool::SparkprofDaemon => "sparkprof daemon",
             Tool::Perf => "perf record",
             Tool::Bpftrace => "bpftrace",
         };
@@ -254,6 +257,21 @@ impl Profiler {
                 command
                     .arg("--output")
                     .arg(dir.join(SPARKPROF_OUTPUT))
+                    .env("NO_COLOR", "1");
+                Launch {
+                    command,
+                    log,
+                    ready: Readiness::LogLine("recording on"),
+                    settle: Duration::ZERO,
+                }
+            }
+            Tool::SparkprofDaemon => {
+                let mut command = Command::new(sparkprof);
+                command
+                    .args(["daemon", "--frequency", &hz, "--output"])
+                    .arg(dir.join(SPARKPROF_OUTPUT))
+                    .arg("--state-dir")
+                    .arg(dir.join("state"))
                     .env("NO_COLOR", "1");
                 Launch {
                     command,
@@ -410,6 +428,9 @@ impl Running {
             Tool::Sparkprof | Tool::SparkprofOffCpu => {
                 Some(sparkprof_index(&self.dir.join(SPARKPROF_OUTPUT))?)
             }
+            // Its last window's, written at its stop: the figures of its
+            // whole run (`pipeline_cpu`, `stats`) are cumulative.
+            Tool::SparkprofDaemon => Some(last_window_index(&self.dir.join(SPARKPROF_OUTPUT))?),
             Tool::Perf | Tool::Bpftrace => None,
         };
         // Its output is not looked at further: free the space for the next runs.

@@ -232,6 +232,19 @@ pub(crate) fn sparkprof_index(profiles: &Path) -> Result<serde_json::Value> {
     .with_context(|| format!("parsing {}", index.display()))
 }
 
+/// The `index.json` of the last window a `sparkprof daemon` wrote under
+/// `dir` (window names sort by their start).
+pub(crate) fn last_window_index(dir: &Path) -> Result<serde_json::Value> {
+    let windows = dir.join("windows");
+    let last = fs::read_dir(&windows)
+        .with_context(|| format!("reading {}", windows.display()))?
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.join("index.json").exists())
+        .max()
+        .with_context(|| format!("no window under {}", windows.display()))?;
+    sparkprof_index(&last)
+}
+
 pub(crate) fn compile_c(name: &str, dir: &Path, extra: &[&str]) -> Result<PathBuf> {
     let source = workspace_root().join(format!("xtask/bench/{name}.c"));
     let binary = dir.join(name);

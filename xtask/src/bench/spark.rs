@@ -49,7 +49,7 @@ const JOB_SCRIPT: &str = "spark_job.py";
 const JOB_ARGS: [&str; 2] = ["3", "2000000"];
 const JOB_TIMEOUT: Duration = Duration::from_secs(600);
 /// sparkprof's defaults: whole host at 99 Hz.
-const JOB_HZ: u32 = 99;
+pub(super) const JOB_HZ: u32 = 99;
 /// The fake executor's run and sampling rate for the attribution figure.
 const STAGES_SECS: u32 = 20;
 const STAGES_HZ: u32 = 199;
@@ -760,6 +760,7 @@ impl Runtime {
         let n = r.pairs.len();
         let command = match r.profiler.tool {
             Tool::SparkprofOffCpu => "sparkprof record --off-cpu",
+            Tool::SparkprofDaemon => "sparkprof daemon",
             _ => "sparkprof record",
         };
         let mut text = format!(
@@ -825,8 +826,21 @@ impl Runtime {
             .iter()
             .filter_map(|p| p.profiled.stages)
             .fold(SparkprofStages::default(), SparkprofStages::add);
+        let after = match r.profiler.tool {
+            Tool::SparkprofDaemon => format!(
+                "The line above counts the window ends that fell within the job; the part \
+                 after the job is the window the daemon writes at its stop, with its \
+                 application's roll-up, as at the end of every window. Per job, less its start \
+                 (which a deployed daemon pays once): {:.2} s.",
+                (stages.whole_s - stages.before_s) / n.max(1) as f64
+            ),
+            _ => "The target's line above counts only the window the job ran in: its files \
+                  are written after it (the part after the job), which a daemon pays for each \
+                  application at the end of each window."
+                .to_owned(),
+        };
         text += &format!(
-            "\nsparkprof's CPU over its {n} runs, start to exit ({:.2} s; index.json `pipeline_cpu`), by stage of its drains: {}. The target's line above counts only the window the job ran in: its files are written after it (the part after the job), which a daemon pays for each application at the end of each window.\n",
+            "\nsparkprof's CPU over its {n} runs, start to exit ({:.2} s; index.json `pipeline_cpu`), by stage of its drains: {}. {after}\n",
             stages.whole_s,
             stages.markdown()
         );
