@@ -248,30 +248,18 @@ impl Profiler {
         let hz = self.hz.to_string();
         let log = dir.join("log");
         match self.tool {
-            Tool::Sparkprof | Tool::SparkprofOffCpu => {
+            Tool::Sparkprof | Tool::SparkprofOffCpu | Tool::SparkprofDaemon => {
                 let mut command = Command::new(sparkprof);
-                command.args(["record", "--frequency", &hz]);
-                if self.tool == Tool::SparkprofOffCpu {
-                    command.arg("--off-cpu");
-                }
+                match self.tool {
+                    Tool::SparkprofDaemon => command
+                        .args(["daemon", "--state-dir"])
+                        .arg(dir.join("state")),
+                    Tool::SparkprofOffCpu => command.args(["record", "--off-cpu"]),
+                    _ => command.arg("record"),
+                };
                 command
-                    .arg("--output")
+                    .args(["--frequency", &hz, "--output"])
                     .arg(dir.join(SPARKPROF_OUTPUT))
-                    .env("NO_COLOR", "1");
-                Launch {
-                    command,
-                    log,
-                    ready: Readiness::LogLine("recording on"),
-                    settle: Duration::ZERO,
-                }
-            }
-            Tool::SparkprofDaemon => {
-                let mut command = Command::new(sparkprof);
-                command
-                    .args(["daemon", "--frequency", &hz, "--output"])
-                    .arg(dir.join(SPARKPROF_OUTPUT))
-                    .arg("--state-dir")
-                    .arg(dir.join("state"))
                     .env("NO_COLOR", "1");
                 Launch {
                     command,
@@ -738,4 +726,35 @@ pub(crate) fn per_sample_noise(per_sample: &[PerSample]) -> String {
     format!(
         "\nRounds: {a} {a_low:.0}–{a_high:.0} ns, {b} {b_low:.0}–{b_high:.0} ns per sample; {verdict}.\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparkprof_is_launched_as_each_of_its_modes() {
+        let dir = Path::new("/scratch/run");
+        let args = |tool| {
+            Profiler { tool, hz: 99 }
+                .launch(Path::new("/bin/sparkprof"), dir)
+                .command
+                .get_args()
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            args(Tool::Sparkprof),
+            "record --frequency 99 --output /scratch/run/profiles"
+        );
+        assert_eq!(
+            args(Tool::SparkprofOffCpu),
+            "record --off-cpu --frequency 99 --output /scratch/run/profiles"
+        );
+        assert_eq!(
+            args(Tool::SparkprofDaemon),
+            "daemon --state-dir /scratch/run/state --frequency 99 --output /scratch/run/profiles"
+        );
+    }
 }
