@@ -287,7 +287,7 @@ fn draw_lagging(root: &Path, rollup: &mut RollupIndex) -> io::Result<bool> {
 
 /// Draws a roll-up file's flame graph and its pprof twin, over the
 /// roll-up's whole time, from its folded `text`. The graph's title is the
-/// one a window gives the file (see [`copy_drawings`]).
+/// one a window gives the file (see [`take`]).
 fn draw(root: &Path, rollup: &RollupIndex, file: &ReadEntry, text: &str) -> io::Result<()> {
     let svg = folded::flame_graph(text, &file.title(), &file.unit)?;
     atomic::write_atomic(root, Path::new(&file.svg), &svg)?;
