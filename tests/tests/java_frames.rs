@@ -258,6 +258,68 @@ fn a_shell_that_execs_a_jvm_is_walked_as_one() {
     );
 }
 
+/// A `java` launcher maps libjvm.so a few milliseconds into its life (a
+/// Spark Worker's executor is `jspawnhelper` exec'ing `java`): sampled
+/// before that, it is a native process, and is walked as a JVM once it has
+/// mapped one. Here the launcher is held before its `main` (a preloaded
+/// constructor that spins) long enough for several drains to sample it.
+#[test]
+fn a_java_launcher_sampled_before_it_maps_its_jvm_is_walked_as_one() {
+    require_root();
+    let classes = classes("JavaChains");
+    let java = java_of("java-17-openjdk-amd64");
+    let dir = tempfile::tempdir().unwrap();
+    let preload = dir.path().join("spin_until.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/spin_until.c");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&preload)
+        .arg(&source)
+        .status()
+        .expect("a C compiler (cc) is required by the integration tests");
+    assert!(status.success(), "compiling {} failed", source.display());
+    let go = dir.path().join("go");
+    let mut launcher = Command::new(&java)
+        .env("LD_PRELOAD", &preload)
+        .env("SPARKPROF_TEST_GO", &go)
+        .args(["-cp"])
+        .arg(classes.path())
+        .args(["JavaChains", "9", "1", "0"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = launcher.id();
+    let recorder = Recorder::start(&["--pid", &pid.to_string(), "--duration", "9"]);
+    // Several drains of the launcher before it maps libjvm.so.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::fs::write(&go, "").unwrap();
+    let recording = recorder.wait();
+    sparkprof_tests::kill_and_reap(&mut launcher);
+    recording.assert_ok();
+    let before: u64 = recording
+        .files()
+        .into_iter()
+        .flat_map(|entry| recording.stacks(entry))
+        .filter(|s| s.frames.iter().any(|f| f.starts_with("spin_until_go")))
+        .map(|s| s.count)
+        .sum();
+    assert!(
+        before >= 50,
+        "{before} samples of the launcher before it mapped its JVM\n{}",
+        recording.log
+    );
+    assert_walked(&recording, pid);
+    let stacks = recording.stacks_of(pid);
+    let (hot, whole) = chained(&stacks);
+    assert!(hot >= 300, "{hot} samples of the hot method");
+    // As for the shell above: at most two drains walked by frame pointers.
+    assert!(
+        hot - whole <= 200,
+        "{whole} of {hot} hot samples show Thread.run -> ... -> the hot method; the others:\n{}",
+        not_chained(&stacks).join("\n")
+    );
+}
+
 #[rstest]
 #[case::jdk17("java-17-openjdk-amd64", &[])]
 #[case::jdk17_frame_pointers("java-17-openjdk-amd64", &["-XX:+PreserveFramePointer"])]

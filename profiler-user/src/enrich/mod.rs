@@ -21,6 +21,7 @@ use std::{
     collections::{HashMap, HashSet},
     path::PathBuf,
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use name_history::{ThreadDump, ThreadNames};
@@ -183,7 +184,32 @@ pub struct Enricher {
     /// identified: one that execs another program (a launcher script's
     /// `exec java ...`, as `spark-submit` and YARN's `launch_container.sh`
     /// end) keeps its PID and start time, and is known by its new `exe`.
-    native_exes: HashMap<u32, PathBuf>,
+    native_exes: HashMap<u32, NativeExe>,
+}
+
+/// A plain native process's executable, as identified, and when.
+struct NativeExe {
+    path: PathBuf,
+    identified: Instant,
+}
+
+/// How long after a `java` launcher was identified as a plain native
+/// process its maps are looked at for the JVM it loads (see
+/// [`NativeExe::may_load_a_jvm`]).
+const LAUNCHER_LOADS_JVM_WITHIN: Duration = Duration::from_secs(10);
+
+impl NativeExe {
+    /// Whether it may be a Java launcher that has not mapped its JVM yet:
+    /// `java` execs nothing, but `dlopen`s libjvm.so a few milliseconds
+    /// into its life, and a process sampled before that was identified as
+    /// native. A Spark Worker's executor is one: posix_spawn runs
+    /// `jspawnhelper`, which execs `java`; a bare-host CI run saw an
+    /// executor identified so, never walked from HotSpot's structures, and
+    /// half its stage samples stopped short of `Thread.run`.
+    fn may_load_a_jvm(&self) -> bool {
+        self.path.file_name().is_some_and(|name| name == "java")
+            && self.identified.elapsed() < LAUNCHER_LOADS_JVM_WITHIN
+    }
 }
 
 impl Enricher {
@@ -250,11 +276,13 @@ impl Enricher {
     }
 
     /// Native processes of this drain that have exec'd since they were
-    /// identified: each is reported as exited with this drain (its samples
+    /// identified, or are Java launchers that have loaded their JVM since
+    /// (see [`NativeExe::may_load_a_jvm`]): each is reported as exited with this drain (its samples
     /// here keep the old identity: most were taken before the exec) and
     /// identified afresh when the next drain samples it. A JVM a shell
     /// script execs is thus walked and tagged, not kept as the shell for
-    /// good. One `readlink` per sampled native process per drain.
+    /// good. One `readlink` per sampled native process per drain, and a read of
+    /// the maps of a sampled `java` launcher for its first seconds.
     fn find_execs(&mut self, drain: &Drain) {
         let mut checked = HashSet::new();
         for raw in &drain.samples {
@@ -269,10 +297,15 @@ impl Enricher {
             let Ok(now) = proc::exe(pid) else {
                 continue;
             };
-            if &now == exe {
+            if now != exe.path {
+                debug!(pid, from = %exe.path.display(), to = %now.display(), "process exec'd");
+            } else if exe.may_load_a_jvm()
+                && proc::read_maps(pid).is_ok_and(|maps| Runtime::from_maps(&maps).is_jvm())
+            {
+                debug!(pid, "a Java launcher has loaded its JVM");
+            } else {
                 continue;
             }
-            debug!(pid, from = %exe.display(), to = %now.display(), "process exec'd");
             self.native_exes.remove(&pid);
             if let Some(old) = self.processes.remove(&pid) {
                 self.gone.insert(pid, old);
@@ -307,9 +340,15 @@ impl Enricher {
         // be a launcher yet to exec one.
         if !info.kernel_thread
             && !info.in_a_runtime()
-            && let Ok(exe) = proc::exe(pid)
+            && let Ok(path) = proc::exe(pid)
         {
-            self.native_exes.insert(pid, exe);
+            self.native_exes.insert(
+                pid,
+                NativeExe {
+                    path,
+                    identified: Instant::now(),
+                },
+            );
         }
         let info = Arc::new(info);
         self.processes.insert(pid, info.clone());
