@@ -212,7 +212,7 @@ fn a_shell_that_execs_a_jvm_is_walked_as_one() {
     let signal = tempfile::tempdir().unwrap();
     let go = signal.path().join("go");
     // The shell spins on-CPU (sampled) until told to exec the JVM.
-    let mut shell = Command::new("bash")
+    let shell = Command::new("bash")
         .arg("-c")
         .arg(r#"while [ ! -e "$0" ]; do :; done; exec "$1" -cp "$2" JavaChains 9 1 0"#)
         .arg(&go)
@@ -221,41 +221,13 @@ fn a_shell_that_execs_a_jvm_is_walked_as_one() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("bash is required by this test");
-    let pid = shell.id();
-    let recorder = Recorder::start(&["--pid", &pid.to_string(), "--duration", "9"]);
     // Several drains of the shell alone: sparkprof knows it as bash.
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    std::fs::write(&go, "").unwrap();
-    let recording = recorder.wait();
-    sparkprof_tests::kill_and_reap(&mut shell);
-    recording.assert_ok();
+    let (recording, pid) = record_held_until(shell, &go);
     // The shell was sampled (its files are summed with other short-lived
     // bash processes', under its program's name).
-    let shell_samples: u64 = recording
-        .files()
-        .into_iter()
-        .flat_map(|entry| recording.stacks(entry))
-        .filter(|s| s.frames.iter().take(2).any(|f| f.starts_with("bash")))
-        .map(|s| s.count)
-        .sum();
-    assert!(
-        shell_samples >= 50,
-        "{shell_samples} samples of the shell before its exec\n{}",
-        recording.log
-    );
-    assert_walked(&recording, pid);
-    let stacks = recording.stacks_of(pid);
-    let (hot, whole) = chained(&stacks);
-    assert!(hot >= 300, "{hot} samples of the hot method after the exec");
-    // Samples from before sparkprof knew the JVM (the drain in which the
-    // exec was seen, and the next, in which it was identified and had its
-    // walk set up) were walked by frame pointers alone: at most two
-    // drains of the default 99 Hz.
-    assert!(
-        hot - whole <= 200,
-        "{whole} of {hot} hot samples show Thread.run -> ... -> the hot method; the others:\n{}",
-        not_chained(&stacks).join("\n")
-    );
+    assert_became_a_walked_jvm(&recording, pid, "the shell before its exec", |s| {
+        s.frames.iter().take(2).any(|f| f.starts_with("bash"))
+    });
 }
 
 /// A `java` launcher maps libjvm.so a few milliseconds into its life (a
@@ -279,7 +251,7 @@ fn a_java_launcher_sampled_before_it_maps_its_jvm_is_walked_as_one() {
         .expect("a C compiler (cc) is required by the integration tests");
     assert!(status.success(), "compiling {} failed", source.display());
     let go = dir.path().join("go");
-    let mut launcher = Command::new(&java)
+    let launcher = Command::new(&java)
         .env("LD_PRELOAD", &preload)
         .env("SPARKPROF_TEST_GO", &go)
         .args(["-cp"])
@@ -288,31 +260,57 @@ fn a_java_launcher_sampled_before_it_maps_its_jvm_is_walked_as_one() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let pid = launcher.id();
-    let recorder = Recorder::start(&["--pid", &pid.to_string(), "--duration", "9"]);
     // Several drains of the launcher before it maps libjvm.so.
+    let (recording, pid) = record_held_until(launcher, &go);
+    assert_became_a_walked_jvm(
+        &recording,
+        pid,
+        "the launcher before it mapped its JVM",
+        |s| s.frames.iter().any(|f| f.starts_with("spin_until_go")),
+    );
+}
+
+/// Records `child` (which waits until `go` exists) for 9 s, and lets it go
+/// 3 s in; returns the recording and its pid.
+fn record_held_until(mut child: std::process::Child, go: &Path) -> (Recording, u32) {
+    let pid = child.id();
+    let recorder = Recorder::start(&["--pid", &pid.to_string(), "--duration", "9"]);
     std::thread::sleep(std::time::Duration::from_secs(3));
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(go, "").unwrap();
     let recording = recorder.wait();
-    sparkprof_tests::kill_and_reap(&mut launcher);
+    sparkprof_tests::kill_and_reap(&mut child);
     recording.assert_ok();
-    let before: u64 = recording
+    (recording, pid)
+}
+
+/// Process `pid` was something else for several drains before it was a
+/// JVM: at least 50 samples of then (`before` tells them), and walked as a
+/// JVM since. Samples from before sparkprof knew the JVM (the drain in
+/// which it saw the change, and the next, in which the JVM was identified
+/// and had its walk set up) were walked by frame pointers alone: at most
+/// two drains of the default 99 Hz.
+fn assert_became_a_walked_jvm(
+    recording: &Recording,
+    pid: u32,
+    then: &str,
+    before: impl Fn(&Stack) -> bool,
+) {
+    let samples: u64 = recording
         .files()
         .into_iter()
         .flat_map(|entry| recording.stacks(entry))
-        .filter(|s| s.frames.iter().any(|f| f.starts_with("spin_until_go")))
+        .filter(|s| before(s))
         .map(|s| s.count)
         .sum();
     assert!(
-        before >= 50,
-        "{before} samples of the launcher before it mapped its JVM\n{}",
+        samples >= 50,
+        "{samples} samples of {then}\n{}",
         recording.log
     );
-    assert_walked(&recording, pid);
+    assert_walked(recording, pid);
     let stacks = recording.stacks_of(pid);
     let (hot, whole) = chained(&stacks);
-    assert!(hot >= 300, "{hot} samples of the hot method");
-    // As for the shell above: at most two drains walked by frame pointers.
+    assert!(hot >= 300, "{hot} samples of the hot method once a JVM");
     assert!(
         hot - whole <= 200,
         "{whole} of {hot} hot samples show Thread.run -> ... -> the hot method; the others:\n{}",
