@@ -277,12 +277,13 @@ impl Enricher {
 
     /// Native processes of this drain that have exec'd since they were
     /// identified, or are Java launchers that have loaded their JVM since
-    /// (see [`NativeExe::may_load_a_jvm`]): each is reported as exited with this drain (its samples
-    /// here keep the old identity: most were taken before the exec) and
-    /// identified afresh when the next drain samples it. A JVM a shell
-    /// script execs is thus walked and tagged, not kept as the shell for
-    /// good. One `readlink` per sampled native process per drain, and a read of
-    /// the maps of a sampled `java` launcher for its first seconds.
+    /// (see [`NativeExe::may_load_a_jvm`]): each is reported as exited with
+    /// this drain (its samples here keep the old identity: most were taken
+    /// before the exec) and identified afresh when the next drain samples
+    /// it. A JVM a shell script execs is thus walked and tagged, not kept
+    /// as the shell for good. One `readlink` per sampled native process per
+    /// drain, and a read of the maps of a sampled `java` launcher for its
+    /// first seconds.
     fn find_execs(&mut self, drain: &Drain) {
         let mut checked = HashSet::new();
         for raw in &drain.samples {

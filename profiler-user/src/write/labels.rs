@@ -128,13 +128,11 @@ impl FileLabels {
         if let Some(stage) = self.stage_id {
             who = format!("{who}, stage {stage}");
         }
-        // Any kind but these (from an index a later sparkprof wrote) is
-        // shown as it is.
-        let kind = match self.kind.as_str() {
-            "cpu" => "on-CPU",
-            "offcpu" => "off-CPU (microseconds)",
-            "wall" => "wall-clock, on- and off-CPU (microseconds)",
-            other => other,
+        // A kind this sparkprof does not know (from an index a later one
+        // wrote) is shown as it is.
+        let kind = match super::ProfileKind::from_suffix(&self.kind) {
+            Some(kind) => kind.in_words(),
+            None => &self.kind,
         };
         format!("sparkprof {kind}: {who}")
     }

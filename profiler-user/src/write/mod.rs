@@ -116,6 +116,22 @@ impl ProfileKind {
         }
     }
 
+    /// The kind whose [`suffix`](Self::suffix) this is.
+    pub fn from_suffix(suffix: &str) -> Option<Self> {
+        [Self::Cpu, Self::Offcpu, Self::Wall]
+            .into_iter()
+            .find(|kind| kind.suffix() == suffix)
+    }
+
+    /// The kind in words, as a flame graph's title says it.
+    pub fn in_words(self) -> &'static str {
+        match self {
+            Self::Cpu => "on-CPU",
+            Self::Offcpu => "off-CPU (microseconds)",
+            Self::Wall => "wall-clock, on- and off-CPU (microseconds)",
+        }
+    }
+
     /// What a file's counts are.
     pub fn unit(self) -> &'static str {
         match self {
