@@ -64,6 +64,22 @@ pub fn classes_dir(what: &str) -> tempfile::TempDir {
     dir
 }
 
+/// `sparkprof merge --output OUT DIRS...`, which must succeed.
+pub fn merge(out: &Path, dirs: &[&Path]) {
+    let merged = Command::new(sparkprof_bin())
+        .arg("merge")
+        .arg("--output")
+        .arg(out)
+        .args(dirs)
+        .output()
+        .unwrap();
+    assert!(
+        merged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+}
+
 /// The sparkprof binary under test.
 pub fn sparkprof_bin() -> PathBuf {
     let path = std::env::var_os("SPARKPROF_BIN")

@@ -18,9 +18,8 @@ use serde_json::Value;
 use sparkprof_tests::{
     Recorder, Recording,
     fake_executor::{APP_ID, FakeExecutor},
-    parse_folded, pprof_raw, pprof_raw_total,
+    merge, parse_folded, pprof_raw, pprof_raw_total,
     spark::{SparkInstall, fleet_job},
-    sparkprof_bin,
 };
 
 const OTHER_HOST: &str = "sparkprof-worker-b";
@@ -160,19 +159,7 @@ fn index(dir: &Path) -> Value {
 
 /// Merge's stage totals: (stage, kind) -> total over every executor.
 fn check_merge(out: &Path, a: &Recording, b: &Recording) -> BTreeMap<(u64, String), u64> {
-    let merged = Command::new(sparkprof_bin())
-        .arg("merge")
-        .arg("--output")
-        .arg(out)
-        .arg(a.dir())
-        .arg(b.dir())
-        .output()
-        .unwrap();
-    assert!(
-        merged.status.success(),
-        "{}",
-        String::from_utf8_lossy(&merged.stderr)
-    );
+    merge(out, &[a.dir(), b.dir()]);
     let index = index(out);
     let hosts: Vec<&str> = index["hosts"]
         .as_array()

@@ -5,7 +5,10 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 
 use std::{io::Write, process::Command, time::Duration};
 
-use sparkprof_tests::{Recorder, Workload, build_workload, parse_folded, require_root};
+use sparkprof_tests::{
+    Recorder, Workload, build_workload, merge, parse_folded, pprof_raw, pprof_raw_total,
+    require_root,
+};
 
 #[test]
 fn files_are_0640_regular_files_and_planted_symlinks_are_not_followed() {
@@ -360,6 +363,48 @@ fn the_closing_line_agrees_with_the_index_after_periodic_flushes() {
     for field in ["follow_us", "enrich_us", "write_us"] {
         assert!(cpu[field].is_u64(), "{field} in {cpu}");
     }
+}
+
+/// A recording killed (no flush at its end) keeps what its last checkpoint
+/// counted: folded files and index.json that agree. A file that never
+/// stopped changing has a stand-in twin (no samples, as Go's pprof reads
+/// it) and graph, and `sparkprof merge` makes them whole from the folded
+/// files, as the README says.
+#[test]
+fn a_killed_recording_keeps_its_checkpoint_and_merge_makes_it_whole() {
+    require_root();
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let busy = Workload::start(&chain, &["8", "1"]);
+    let pid = busy.pid();
+    let recorder = Recorder::start(&["--duration", "60", "--flush-interval", "1"]);
+    std::thread::sleep(Duration::from_millis(4_500));
+    let recording = recorder.stop_with(libc::SIGKILL);
+    assert!(!recording.status.success(), "{}", recording.log);
+    let entries = recording.files_of(pid);
+    let entry = entries
+        .iter()
+        .find(|e| e["kind"] == "cpu")
+        .unwrap_or_else(|| panic!("no file of {pid} in the checkpoint: {}", recording.index));
+    let counted = entry["samples"].as_u64().unwrap();
+    let folded: u64 = recording.stacks(entry).iter().map(|s| s.count).sum();
+    assert!(counted > 100, "{}", recording.index);
+    assert_eq!(folded, counted, "the folded file and its index entry");
+    // Busy all along: its file changed at every checkpoint, so its twin
+    // and graph are stand-ins.
+    let dir = recording.dir();
+    let twin = pprof_raw(&dir.join(entry["pprof"].as_str().unwrap()));
+    assert_eq!(pprof_raw_total(&twin), 0, "{twin}");
+    let svg = std::fs::read_to_string(dir.join(entry["svg"].as_str().unwrap())).unwrap();
+    assert!(svg.contains("Still recording"), "{svg}");
+    // merge makes the twin from what the folded file holds.
+    let out = work.path().join("merged");
+    merge(&out, &[dir]);
+    let twin = pprof_raw(&out.join(entry["pprof"].as_str().unwrap()));
+    assert_eq!(pprof_raw_total(&twin), counted, "{twin}");
+    let svg = std::fs::read_to_string(out.join(entry["svg"].as_str().unwrap())).unwrap();
+    assert!(!svg.contains("Still recording"), "merge drew the graph");
+    drop(busy);
 }
 
 /// Hundreds of processes that live a blink: one file per program, every

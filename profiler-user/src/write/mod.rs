@@ -25,13 +25,17 @@
 //! # While a recording runs
 //! `record` rewrites the files every `--flush-interval` (a checkpoint, so
 //! that a recording cut short keeps what it had counted). A checkpoint
-//! rewrites every changed folded and pprof file, the samples table and
-//! the index, but draws a flame graph only for a file that has settled
-//! (unchanged since the last checkpoint) or whose graph is [`SVG_REDRAW`]
-//! old; a new file that still changes gets a stand-in page until then.
-//! Until the recording ends, an SVG may show less than its folded file.
-//! The end of the recording (and each window of the daemon) draws every
-//! graph from what its file holds.
+//! rewrites every changed folded file and the index: what the recording
+//! counted. What is made from them follows later: a file's flame graph
+//! and pprof twin are made only when the file has settled (unchanged
+//! since the last checkpoint) or its graph is [`SVG_REDRAW`] old, and a
+//! new file that still changes gets a stand-in page and a stand-in twin
+//! (no samples) until then; the samples table is rewritten at most every
+//! [`SVG_REDRAW`] (empty at the first checkpoint). Until the recording
+//! ends, an SVG, a twin and the table may show less than the folded file.
+//! The end of the recording (and each window of the daemon) makes every
+//! graph, twin and the table from what the files hold; `sparkprof merge`
+//! makes them from the folded files of a recording that was killed.
 //!
 //! # Short-lived processes
 //! A process outside Spark gets a file of its own once it is seen alive
@@ -449,6 +453,8 @@ pub struct Writer {
     pieces: lines::Pieces,
     /// Room for a sample's line.
     line: Vec<u32>,
+    /// When `samples.parquet` was last written (a checkpoint may leave it).
+    table_at: Option<Instant>,
 }
 
 impl Writer {
@@ -480,6 +486,7 @@ impl Writer {
             index_totals: (0, 0),
             pieces: Default::default(),
             line: Vec::new(),
+            table_at: None,
         }
     }
 
@@ -667,12 +674,16 @@ impl Writer {
 
     /// [`flush`](Self::flush) during a recording, so that a recording cut
     /// short (killed, the host lost) keeps what it had counted: every
-    /// changed folded and pprof file is rewritten, but a flame graph is
-    /// drawn only for a file that has settled (unchanged since it was last
-    /// written, as a stage's file once the stage ended) or whose graph is
-    /// [`SVG_REDRAW`] old. A file written for the first time while it still
-    /// changes gets a stand-in page that says its graph is to come (the
-    /// index lists the graph with the file). Drawing was most of what a
+    /// changed folded file is rewritten, but a flame graph and its pprof
+    /// twin are made only for a file that has settled (unchanged since it
+    /// was last written, as a stage's file once the stage ended) or whose
+    /// graph is [`SVG_REDRAW`] old, and the samples table at most every
+    /// [`SVG_REDRAW`]. A file written for the first time while it still
+    /// changes gets a stand-in page that says its graph is to come, and a
+    /// twin with no samples that says so (the index lists both with the
+    /// file). On a Spark host the twins and the table (rebuilt from every
+    /// file) were half of a first checkpoint's CPU once it drew no graphs
+    /// (`perf record` of `record` over a testbed job). Drawing was most of what a
     /// rewrite cost (over a Spark job with a flush every 10 s, the SVGs
     /// were 30 % of sparkprof's CPU and the whole flush 55 %); drawing each
     /// new file at its first checkpoint drew a Spark job's files twice, the
@@ -739,8 +750,13 @@ impl Writer {
                     atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
                     self.written.insert(svg_rel.clone());
                 }
-                if file.dirty {
-                    let twin = pprof::encode(&[(&labels, labels::folded_lines(&text).collect())])?;
+                // The twin goes with the graph: drawn from the same text, or
+                // a stand-in beside a stand-in page.
+                if draw || stand_in {
+                    let twin = match draw {
+                        true => pprof::encode(&[(&labels, labels::folded_lines(&text).collect())])?,
+                        false => pprof::stand_in(&labels)?,
+                    };
                     atomic::write_atomic(&self.dir, &twin_rel, &twin)?;
                     self.written.insert(twin_rel.clone());
                 }
@@ -780,10 +796,13 @@ impl Writer {
             .collect();
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         // The samples table of every file listed, before the index that
-        // names it.
+        // names it: at a checkpoint, like a graph, at most every
+        // SVG_REDRAW (an empty one the first time); at a flush, always.
+        let table_age = self.table_at.map(|at| at.elapsed());
+        let table_whole = draw_all || table_age.is_some_and(|age| age >= SVG_REDRAW);
         let mut table = table::SamplesTable::default();
         for (key, file) in &self.files {
-            if !hidden.contains(key) && file.on_disk {
+            if table_whole && !hidden.contains(key) && file.on_disk {
                 let labels = labels::FileLabels::of_entry(
                     &header.host,
                     header.sample_period_ns(),
@@ -802,9 +821,12 @@ impl Writer {
             }
         }
         let table_rel = PathBuf::from(table::SAMPLES_TABLE);
-        let parquet = table.to_parquet().map_err(io::Error::other)?;
-        atomic::write_atomic(&self.dir, &table_rel, &parquet)?;
-        self.written.insert(table_rel.clone());
+        if table_whole || table_age.is_none() {
+            let parquet = table.to_parquet().map_err(io::Error::other)?;
+            atomic::write_atomic(&self.dir, &table_rel, &parquet)?;
+            self.written.insert(table_rel.clone());
+            self.table_at = Some(Instant::now());
+        }
         let index = index::Index::new(header, self.start, self.end, entries);
         let index_rel = PathBuf::from(output_dir::INDEX);
         atomic::write_atomic(&self.dir, &index_rel, &index.to_json())?;
@@ -949,7 +971,7 @@ mod tests {
     }
 
     #[test]
-    fn checkpoints_keep_folded_files_current_and_draw_graphs_once_files_settle() {
+    fn checkpoints_keep_folded_files_current_and_make_graphs_twins_and_the_table_later() {
         let dir = tempfile::tempdir().unwrap();
         let mut writer = writer(dir.path(), None);
         let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
@@ -961,31 +983,66 @@ mod tests {
         };
         let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
         let (folded, svg) = ("processes/java-10.cpu.folded", "processes/java-10.cpu.svg");
+        // The twin's samples and comments; the table's rows.
+        let twin = || {
+            let bytes = std::fs::read(dir.path().join("processes/java-10.cpu.pb.gz")).unwrap();
+            pprof::tests::samples_and_comments(&bytes)
+        };
+        let table_rows = || {
+            let bytes = std::fs::read(dir.path().join(table::SAMPLES_TABLE)).unwrap();
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                bytes::Bytes::from(bytes),
+            )
+            .unwrap()
+            .metadata()
+            .file_metadata()
+            .num_rows()
+        };
+        let still_recording = |(_, comments): &(i64, Vec<String>)| {
+            comments.iter().any(|c| c.starts_with("still recording"))
+        };
         // A file still changing at its first checkpoint gets a stand-in
-        // for its graph: the index never lists one that is not there.
+        // for its graph and its twin: the index never lists one that is not
+        // there. The first table is empty.
         writer.add(drain(0, "first_leaf"));
         writer.checkpoint(&header()).unwrap();
         assert!(read(folded).contains("first_leaf"));
         let stand_in = read(svg);
         assert!(stand_in.contains("Still recording") && !stand_in.contains("first_leaf"));
         assert_eq!(index_files(dir.path())[0]["svg"], svg);
-        // Unchanged at the next checkpoint: settled, its graph is drawn.
+        let first_twin = twin();
+        assert!(
+            first_twin.0 == 0 && still_recording(&first_twin),
+            "{first_twin:?}"
+        );
+        assert_eq!(table_rows(), 0);
+        // Unchanged at the next checkpoint: settled, its graph and twin
+        // are made; the table waits for SVG_REDRAW.
         writer.checkpoint(&header()).unwrap();
         let drawn = read(svg);
         assert!(drawn.contains("first_leaf") && !drawn.contains("Still recording"));
-        // Changed again: the folded file is rewritten, the graph is not
-        // (drawn once until SVG_REDRAW or the end), not even when the file
-        // settles again.
+        let settled_twin = twin();
+        assert!(
+            settled_twin.0 == 3 && !still_recording(&settled_twin),
+            "{settled_twin:?}"
+        );
+        assert_eq!(table_rows(), 0);
+        // Changed again: the folded file is rewritten, the graph and the
+        // twin are not (made once until SVG_REDRAW or the end), not even
+        // when the file settles again.
         writer.add(drain(1, "second_leaf"));
         writer.checkpoint(&header()).unwrap();
         assert!(read(folded).contains("second_leaf"));
         writer.checkpoint(&header()).unwrap();
         assert_eq!(read(svg), drawn);
-        // The end of the recording draws it from all it counted.
+        assert_eq!(twin().0, 3);
+        // The end of the recording makes them from all it counted.
         writer.flush(&header()).unwrap();
         let last = read(svg);
         assert!(last.contains("first_leaf") && last.contains("second_leaf"));
         assert_eq!(index_files(dir.path())[0]["samples"], 6);
+        assert_eq!(twin().0, 6);
+        assert_eq!(table_rows(), 2);
         // Nothing changed since: the next flush draws nothing again.
         std::fs::remove_file(dir.path().join(svg)).unwrap();
         writer.flush(&header()).unwrap();

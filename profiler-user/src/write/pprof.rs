@@ -134,6 +134,26 @@ pub type Part<'a> = (&'a FileLabels, Vec<(&'a str, u64)>);
 /// `merge` keeps each one's labels on its samples). The parts are of one
 /// kind.
 pub fn encode(parts: &[Part<'_>]) -> std::io::Result<Vec<u8>> {
+    encode_noted(parts, None)
+}
+
+/// What a file's twin is while its flame graph is a stand-in (a file new
+/// at a checkpoint that still changes, see `Writer::checkpoint`): the
+/// file's profile with no samples yet, and a comment that says so. Its
+/// sample types and times are the file's: a reader takes it as an empty
+/// profile of the right kind, not as a wrong one.
+pub fn stand_in(file: &FileLabels) -> std::io::Result<Vec<u8>> {
+    encode_noted(
+        &[(file, Vec::new())],
+        Some(
+            "still recording: this profile is written when its file settles, \
+             every 10 minutes, and when the recording ends",
+        ),
+    )
+}
+
+/// [`encode`], with `note` as a second comment.
+fn encode_noted(parts: &[Part<'_>], note: Option<&str>) -> std::io::Result<Vec<u8>> {
     let mut strings = Strings::new();
     let Some((first, _)) = parts.first() else {
         return Err(std::io::Error::other("a profile of nothing"));
@@ -228,9 +248,11 @@ pub fn encode(parts: &[Part<'_>]) -> std::io::Result<Vec<u8>> {
         env!("CARGO_PKG_VERSION"),
         hosts.into_iter().collect::<Vec<_>>().join(", ")
     ))];
+    profile.comment.extend(note.map(|note| strings.get(note)));
     profile.string_table = strings.table;
-    // The fastest level: a twin is rewritten at every flush of its file,
-    // and level 6 was over 40 % of its cost (pprof readers take any level).
+    // The fastest level: a twin is rewritten whenever its file's graph is
+    // drawn, and level 6 was over 40 % of its cost (pprof readers take any
+    // level).
     let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
     gz.write_all(&profile.encode_to_vec())?;
     gz.finish()
@@ -259,7 +281,7 @@ fn file_labels(file: &FileLabels, strings: &mut Strings) -> Vec<Label> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn labels(kind: &str) -> FileLabels {
@@ -277,6 +299,18 @@ mod tests {
             stage_id: Some(7),
             sample_period_ns: 10_101_010,
         }
+    }
+
+    /// A twin's samples, summed over its first value, and its comments.
+    pub(crate) fn samples_and_comments(bytes: &[u8]) -> (i64, Vec<String>) {
+        let profile = decode(bytes);
+        let samples = profile.sample.iter().map(|s| s.value[0]).sum();
+        let comments = profile
+            .comment
+            .iter()
+            .map(|&i| profile.string_table[i as usize].clone())
+            .collect();
+        (samples, comments)
     }
 
     fn decode(bytes: &[u8]) -> Profile {
