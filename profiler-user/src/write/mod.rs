@@ -681,16 +681,16 @@ impl Writer {
     /// [`SVG_REDRAW`]. A file written for the first time while it still
     /// changes gets a stand-in page that says its graph is to come, and a
     /// twin with no samples that says so (the index lists both with the
-    /// file). On a Spark host the twins and the table (rebuilt from every
-    /// file) were half of a first checkpoint's CPU once it drew no graphs
-    /// (`perf record` of `record` over a testbed job). Drawing was most of what a
-    /// rewrite cost (over a Spark job with a flush every 10 s, the SVGs
-    /// were 30 % of sparkprof's CPU and the whole flush 55 %); drawing each
-    /// new file at its first checkpoint drew a Spark job's files twice, the
-    /// second time at the end, and was half of the first checkpoint's CPU
-    /// (about 0.5 s on a Spark host, measured with `perf record` over a
-    /// testbed job). The end of the recording draws every graph whose file
-    /// changed since it was drawn.
+    /// file). Drawing was most of what a rewrite cost (over a Spark job
+    /// with a flush every 10 s, the SVGs were 30 % of sparkprof's CPU and
+    /// the whole flush 55 %); drawing each new file at its first checkpoint
+    /// drew a Spark job's files twice, the second time at the end, and was
+    /// half of the first checkpoint's CPU (about 0.5 s on a Spark host,
+    /// measured with `perf record` over a testbed job). Then the twins and
+    /// the table (rebuilt from every file) were about half of it: 18.5 of
+    /// the 38.8 % of sparkprof's CPU that the checkpoint within a testbed
+    /// job took (`perf record`). The end of the recording makes every
+    /// graph and twin whose file changed since, and the table.
     pub fn checkpoint(&mut self, header: &index::Header) -> io::Result<usize> {
         self.write_files(header, false)
     }
