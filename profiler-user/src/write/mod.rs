@@ -717,21 +717,25 @@ impl Writer {
                 walls.insert(key.clone(), (folded::render(lines), micros));
             }
         }
+        // Room for each file's text, kept from one file to the next.
+        let mut room = String::new();
         for (key, file) in &mut self.files {
             if !due(key, file) {
                 continue;
             }
             let (draw, stand_in) = file.graph(draw_all);
-            let text = match walls.remove(key) {
+            let wall;
+            let text: &str = match walls.remove(key) {
                 Some((text, micros)) => {
                     file.entry.samples = micros;
-                    text
+                    wall = text;
+                    &wall
                 }
-                None => folded::render(
-                    file.stacks
-                        .iter()
-                        .map(|(line, &n)| (self.pieces.line(line), n)),
-                ),
+                None => {
+                    let lines = file.stacks.iter().map(|(line, &n)| (&line[..], n));
+                    self.pieces.render(lines, &mut room);
+                    &room
+                }
             };
             let svg_rel = file.rel_path.with_extension("svg");
             let twin_rel = pprof::twin_path(&file.rel_path);
@@ -744,7 +748,7 @@ impl Writer {
                 }
                 if draw || stand_in {
                     let svg = match draw {
-                        true => folded::flame_graph(&text, &file.entry.title(), file.entry.unit)?,
+                        true => folded::flame_graph(text, &file.entry.title(), file.entry.unit)?,
                         false => folded::stand_in_graph(&file.entry.title()),
                     };
                     atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
@@ -754,7 +758,7 @@ impl Writer {
                 // a stand-in beside a stand-in page.
                 if draw || stand_in {
                     let twin = match draw {
-                        true => pprof::encode(&[(&labels, labels::folded_lines(&text).collect())])?,
+                        true => pprof::encode(&[(&labels, labels::folded_lines(text).collect())])?,
                         false => pprof::stand_in(&labels)?,
                     };
                     atomic::write_atomic(&self.dir, &twin_rel, &twin)?;
