@@ -64,8 +64,18 @@ fn make_real_dir(dir: &Path) -> io::Result<()> {
 
 /// Atomically replaces `root/rel` with `bytes`.
 pub fn write_atomic(root: &Path, rel: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(root, rel, |file| file.write_all(bytes))
+}
+
+/// Atomically replaces `root/rel` with what `write` writes (buffered), for
+/// a file whose text need not be held whole to be written.
+pub fn write_atomic_with(
+    root: &Path,
+    rel: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     replace(root, rel, |tmp| {
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o640)
@@ -73,10 +83,17 @@ pub fn write_atomic(root: &Path, rel: &Path, bytes: &[u8]) -> io::Result<()> {
             .open(tmp)?;
         // The creation mode is filtered by the umask; make it exact.
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o640))?;
-        file.write_all(bytes)?;
-        file.sync_data()
+        let mut buffered = io::BufWriter::with_capacity(WRITE_BUFFER, file);
+        write(&mut buffered)?;
+        buffered
+            .into_inner()
+            .map_err(|err| err.into_error())?
+            .sync_data()
     })
 }
+
+/// Bytes [`write_atomic_with`] gathers before each write to the file.
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// Atomically makes `root/rel` another name of the file at `from`, a
 /// regular file this process wrote whole (with [`write_atomic`]) and never

@@ -14,7 +14,7 @@
 //!
 //! Texts are made only when a file is written ([`Pieces::line`]).
 
-use std::{fmt::Write as _, sync::Arc};
+use std::{fmt::Write as _, io, sync::Arc};
 
 use super::folded::{push_sanitized, sanitize};
 use crate::{
@@ -111,38 +111,32 @@ impl Pieces {
         number
     }
 
-    /// Renders lines as [`super::folded::render`] renders their texts (one
-    /// per line with its count, sorted by text), into `out`, cleared first.
-    /// Why not through `render`: at a checkpoint a Spark executor's file
-    /// made a text of each of its thousands of lines only to sort them and
-    /// copy them again (with the growing result, a twentieth of sparkprof's
-    /// CPU on a testbed job, half of it faulting in fresh pages). Here the
-    /// lines are sorted by their pieces and written once, into room the
-    /// caller keeps from one file to the next.
-    pub fn render<'a>(&self, lines: impl IntoIterator<Item = (&'a [u32], u64)>, out: &mut String) {
+    /// Writes lines as [`super::folded::render`] renders their texts (one
+    /// per line with its count, sorted by text) to `out`, a piece at a
+    /// time. Why not through `render`: at a checkpoint a Spark executor's
+    /// file made a text of each of its thousands of lines only to sort them
+    /// and copy them again (with the growing result, a twentieth of
+    /// sparkprof's CPU on a testbed job, half of it faulting in fresh
+    /// pages). Here the lines are sorted by their pieces, and a file whose
+    /// graph is not drawn goes to its file through a small buffer, never
+    /// held whole (a driver's file was 8 MB after a minute).
+    pub fn render_to<'a>(
+        &self,
+        lines: impl IntoIterator<Item = (&'a [u32], u64)>,
+        out: &mut dyn io::Write,
+    ) -> io::Result<()> {
         let mut lines: Vec<(&[u32], u64)> = lines.into_iter().collect();
         lines.sort_unstable_by(|(a, _), (b, _)| self.cmp_lines(a, b));
-        out.clear();
-        out.reserve(
-            lines
-                .iter()
-                .map(|(line, _)| {
-                    line.iter()
-                        .map(|&n| self.texts[n as usize].len() + 1)
-                        .sum::<usize>()
-                        + 21
-                })
-                .sum(),
-        );
         for (line, count) in lines {
             for (index, &number) in line.iter().enumerate() {
                 if index > 0 {
-                    out.push(';');
+                    out.write_all(b";")?;
                 }
-                out.push_str(&self.texts[number as usize]);
+                out.write_all(self.texts[number as usize].as_bytes())?;
             }
-            let _ = writeln!(out, " {count}");
+            writeln!(out, " {count}")?;
         }
+        Ok(())
     }
 
     /// How the texts of two lines compare, without making them: at the
@@ -270,8 +264,11 @@ mod tests {
         }
         lines.sort();
         lines.dedup_by(|a, b| a.0 == b.0);
-        let mut text = "left from the last file".to_owned();
-        pieces.render(lines.iter().map(|(line, n)| (&line[..], *n)), &mut text);
+        let mut text = Vec::new();
+        pieces
+            .render_to(lines.iter().map(|(line, n)| (&line[..], *n)), &mut text)
+            .unwrap();
+        let text = String::from_utf8(text).unwrap();
         let expected =
             super::super::folded::render(lines.iter().map(|(line, n)| (pieces.line(line), *n)));
         assert_eq!(text, expected);

@@ -717,39 +717,51 @@ impl Writer {
                 walls.insert(key.clone(), (folded::render(lines), micros));
             }
         }
-        // Room for each file's text, kept from one file to the next.
-        let mut room = String::new();
+        // Room for the text of each file drawn, kept from one to the next.
+        let mut room = Vec::new();
         for (key, file) in &mut self.files {
             if !due(key, file) {
                 continue;
             }
             let (draw, stand_in) = file.graph(draw_all);
-            let wall;
-            let text: &str = match walls.remove(key) {
-                Some((text, micros)) => {
-                    file.entry.samples = micros;
-                    wall = text;
-                    &wall
-                }
-                None => {
-                    let lines = file.stacks.iter().map(|(line, &n)| (&line[..], n));
-                    self.pieces.render(lines, &mut room);
-                    &room
-                }
-            };
+            let wall = walls.remove(key).map(|(text, micros)| {
+                file.entry.samples = micros;
+                text
+            });
             let svg_rel = file.rel_path.with_extension("svg");
             let twin_rel = pprof::twin_path(&file.rel_path);
             let labels =
                 labels::FileLabels::of_entry(&header.host, header.sample_period_ns(), &file.entry);
             let result = (|| {
+                let lines = || file.stacks.iter().map(|(line, &n)| (&line[..], n));
+                // The text, where a graph and twin are drawn from it; else
+                // the folded file is written line by line, never held whole.
+                let text: Option<&str> = match &wall {
+                    Some(text) => Some(text),
+                    None if draw => {
+                        room.clear();
+                        self.pieces.render_to(lines(), &mut room)?;
+                        Some(std::str::from_utf8(&room).map_err(io::Error::other)?)
+                    }
+                    None => None,
+                };
                 if file.dirty {
-                    atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes())?;
+                    match text {
+                        Some(text) => {
+                            atomic::write_atomic(&self.dir, &file.rel_path, text.as_bytes())?
+                        }
+                        None => atomic::write_atomic_with(&self.dir, &file.rel_path, |out| {
+                            self.pieces.render_to(lines(), out)
+                        })?,
+                    }
                     self.written.insert(file.rel_path.clone());
                 }
                 if draw || stand_in {
-                    let svg = match draw {
-                        true => folded::flame_graph(text, &file.entry.title(), file.entry.unit)?,
-                        false => folded::stand_in_graph(&file.entry.title()),
+                    let svg = match (draw, text) {
+                        (true, Some(text)) => {
+                            folded::flame_graph(text, &file.entry.title(), file.entry.unit)?
+                        }
+                        _ => folded::stand_in_graph(&file.entry.title()),
                     };
                     atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
                     self.written.insert(svg_rel.clone());
@@ -757,9 +769,11 @@ impl Writer {
                 // The twin goes with the graph: drawn from the same text, or
                 // a stand-in beside a stand-in page.
                 if draw || stand_in {
-                    let twin = match draw {
-                        true => pprof::encode(&[(&labels, labels::folded_lines(text).collect())])?,
-                        false => pprof::stand_in(&labels)?,
+                    let twin = match (draw, text) {
+                        (true, Some(text)) => {
+                            pprof::encode(&[(&labels, labels::folded_lines(text).collect())])?
+                        }
+                        _ => pprof::stand_in(&labels)?,
                     };
                     atomic::write_atomic(&self.dir, &twin_rel, &twin)?;
                     self.written.insert(twin_rel.clone());
