@@ -12,7 +12,9 @@
 //! frames are mostly names the symbolizer hands out again and again, found
 //! here by their allocation without reading them.
 //!
-//! Texts are made only when a file is written ([`Pieces::line`]).
+//! Texts are made only when a file is written: a folded file's by
+//! [`Pieces::render_to`], a line at a time by [`Pieces::line`] where each
+//! line's text is wanted (the samples table, wall-clock files).
 
 use std::{fmt::Write as _, io, sync::Arc};
 
