@@ -64,7 +64,11 @@ fn make_real_dir(dir: &Path) -> io::Result<()> {
 
 /// Atomically replaces `root/rel` with `bytes`.
 pub fn write_atomic(root: &Path, rel: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_atomic_with(root, rel, |file| file.write_all(bytes))
+    replace(root, rel, |tmp| {
+        let mut file = create(tmp)?;
+        file.write_all(bytes)?;
+        file.sync_data()
+    })
 }
 
 /// Atomically replaces `root/rel` with what `write` writes (buffered), for
@@ -75,21 +79,26 @@ pub fn write_atomic_with(
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
     replace(root, rel, |tmp| {
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o640)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(tmp)?;
-        // The creation mode is filtered by the umask; make it exact.
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o640))?;
-        let mut buffered = io::BufWriter::with_capacity(WRITE_BUFFER, file);
+        let mut buffered = io::BufWriter::with_capacity(WRITE_BUFFER, create(tmp)?);
         write(&mut buffered)?;
         buffered
             .into_inner()
-            .map_err(|err| err.into_error())?
+            .map_err(io::IntoInnerError::into_error)?
             .sync_data()
     })
+}
+
+/// A new file at `tmp`, mode 0640, never through a symlink.
+fn create(tmp: &Path) -> io::Result<fs::File> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(tmp)?;
+    // The creation mode is filtered by the umask; make it exact.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o640))?;
+    Ok(file)
 }
 
 /// Bytes [`write_atomic_with`] gathers before each write to the file.

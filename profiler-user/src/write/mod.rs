@@ -756,12 +756,14 @@ impl Writer {
                     }
                     self.written.insert(file.rel_path.clone());
                 }
+                // What a graph and twin are drawn from (else stand-ins).
+                let drawn = text.filter(|_| draw);
                 if draw || stand_in {
-                    let svg = match (draw, text) {
-                        (true, Some(text)) => {
+                    let svg = match drawn {
+                        Some(text) => {
                             folded::flame_graph(text, &file.entry.title(), file.entry.unit)?
                         }
-                        _ => folded::stand_in_graph(&file.entry.title()),
+                        None => folded::stand_in_graph(&file.entry.title()),
                     };
                     atomic::write_atomic(&self.dir, &svg_rel, &svg)?;
                     self.written.insert(svg_rel.clone());
@@ -769,11 +771,11 @@ impl Writer {
                 // The twin goes with the graph: drawn from the same text, or
                 // a stand-in beside a stand-in page.
                 if draw || stand_in {
-                    let twin = match (draw, text) {
-                        (true, Some(text)) => {
+                    let twin = match drawn {
+                        Some(text) => {
                             pprof::encode(&[(&labels, labels::folded_lines(text).collect())])?
                         }
-                        _ => pprof::stand_in(&labels)?,
+                        None => pprof::stand_in(&labels)?,
                     };
                     atomic::write_atomic(&self.dir, &twin_rel, &twin)?;
                     self.written.insert(twin_rel.clone());
