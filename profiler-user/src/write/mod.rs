@@ -154,21 +154,21 @@ enum Group {
     KernelThreads,
     /// Task samples of one stage in one executor (or local-mode driver).
     SparkStage {
-        app: String,
-        executor: String,
+        app: Arc<str>,
+        executor: Arc<str>,
         stage: u32,
     },
     /// The other samples of a Spark JVM (executor or driver): GC, shuffle,
     /// RPC, idle task threads.
     SparkJvm {
-        app: String,
-        executor: Option<String>,
+        app: Arc<str>,
+        executor: Option<Arc<str>>,
         role: Role,
     },
     /// A PySpark daemon or worker of an executor.
     SparkPython {
-        app: String,
-        executor: String,
+        app: Arc<str>,
+        executor: Arc<str>,
         pid: u32,
         start_ticks: u64,
     },
@@ -211,12 +211,35 @@ fn app_dir(app: &str) -> String {
     folded::file_stem(app)
 }
 
-fn app_of(process: &ProcessInfo) -> String {
-    process
-        .spark
-        .app_id
-        .clone()
-        .unwrap_or_else(|| UNKNOWN_APP.to_owned())
+fn app_of(process: &ProcessInfo, ids: &mut SharedIds) -> Arc<str> {
+    ids.get(process.spark.app_id.as_deref().unwrap_or(UNKNOWN_APP))
+}
+
+/// The application and executor IDs of a writer's groups, each held once:
+/// a group is made for every sample (and cloned to find its file), and
+/// its IDs made afresh each time were a tenth of sparkprof's allocations
+/// over a testbed job.
+#[derive(Debug, Default)]
+struct SharedIds {
+    ids: crate::FastSet<Arc<str>>,
+}
+
+/// IDs a [`SharedIds`] holds before it starts over (a daemon's writer
+/// outlives many applications).
+const MAX_SHARED_IDS: usize = 4096;
+
+impl SharedIds {
+    fn get(&mut self, id: &str) -> Arc<str> {
+        if let Some(shared) = self.ids.get(id) {
+            return shared.clone();
+        }
+        if self.ids.len() >= MAX_SHARED_IDS {
+            self.ids.clear();
+        }
+        let shared: Arc<str> = Arc::from(id);
+        self.ids.insert(shared.clone());
+        shared
+    }
 }
 
 /// `<app>` when the application ID is not known.
@@ -224,7 +247,7 @@ const UNKNOWN_APP: &str = "unknown-app";
 
 impl Group {
     /// The file a sample belongs to.
-    fn of(sample: &SymbolizedSample) -> Self {
+    fn of(sample: &SymbolizedSample, ids: &mut SharedIds) -> Self {
         let process = &sample.process;
         if process.kernel_thread {
             return Self::KernelThreads;
@@ -237,21 +260,21 @@ impl Group {
                     sample.task.as_ref().and_then(TaskThread::stage),
                 ) {
                     return Self::SparkStage {
-                        app: app_of(process),
-                        executor: executor.clone(),
+                        app: app_of(process, ids),
+                        executor: ids.get(executor),
                         stage,
                     };
                 }
                 Self::SparkJvm {
-                    app: app_of(process),
-                    executor: spark.executor_id.clone(),
+                    app: app_of(process, ids),
+                    executor: spark.executor_id.as_deref().map(|id| ids.get(id)),
                     role: spark.role,
                 }
             }
             Role::PysparkDaemon | Role::PysparkWorker if spark.executor_id.is_some() => {
                 Self::SparkPython {
-                    app: app_of(process),
-                    executor: spark.executor_id.clone().unwrap_or_default(),
+                    app: app_of(process, ids),
+                    executor: ids.get(spark.executor_id.as_deref().unwrap_or_default()),
                     pid: process.pid,
                     start_ticks: process.start_ticks,
                 }
@@ -453,6 +476,8 @@ pub struct Writer {
     pieces: lines::Pieces,
     /// Room for a sample's line.
     line: Vec<u32>,
+    /// The IDs of its groups.
+    ids: SharedIds,
     /// When `samples.parquet` was last written (a checkpoint may leave it).
     table_at: Option<Instant>,
 }
@@ -486,6 +511,7 @@ impl Writer {
             index_totals: (0, 0),
             pieces: Default::default(),
             line: Vec::new(),
+            ids: SharedIds::default(),
             table_at: None,
         }
     }
@@ -579,7 +605,7 @@ impl Writer {
         sample: &SymbolizedSample,
         (start, end): (SystemTime, SystemTime),
     ) -> Group {
-        let group = Group::of(sample);
+        let group = Group::of(sample, &mut self.ids);
         let thread: std::borrow::Cow<'_, str> = match (&group, &sample.task) {
             (Group::SparkStage { .. }, Some(task)) if self.options.task_frames => {
                 task.task_label().into()
@@ -1067,6 +1093,21 @@ mod tests {
         std::fs::remove_file(dir.path().join(svg)).unwrap();
         writer.flush(&header()).unwrap();
         assert!(!dir.path().join(svg).exists());
+    }
+
+    #[test]
+    fn group_ids_are_held_once_and_bounded() {
+        let mut ids = SharedIds::default();
+        let app = ids.get("app-20261202-0001");
+        assert!(Arc::ptr_eq(&app, &ids.get("app-20261202-0001")));
+        assert_eq!(&*ids.get("7"), "7");
+        // A daemon's writer sees application after application: it starts
+        // over rather than grow, and gives the same IDs after.
+        for n in 0..2 * MAX_SHARED_IDS {
+            assert_eq!(&*ids.get(&format!("app-{n}")), format!("app-{n}"));
+            assert!(ids.ids.len() <= MAX_SHARED_IDS);
+        }
+        assert_eq!(&*ids.get("app-20261202-0001"), "app-20261202-0001");
     }
 
     #[test]
