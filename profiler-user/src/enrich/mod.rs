@@ -127,7 +127,7 @@ pub struct EnrichedSample {
     pub process: Arc<ProcessInfo>,
     /// The thread's full name when the sample was taken (its comm when no
     /// better name is known).
-    pub thread_name: String,
+    pub thread_name: Arc<str>,
     /// The Spark task the thread ran then (task threads of executors and
     /// local-mode drivers only).
     pub task: Option<TaskThread>,

@@ -16,6 +16,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -77,7 +78,9 @@ const MAX_EPOCHS_PER_THREAD: usize = 4_096;
 /// One name of one thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NameRecord {
-    name: String,
+    /// Shared with every sample named by it (a copy per sample was about
+    /// one allocation in thirty of sparkprof's on a Spark host).
+    name: Arc<str>,
     since: SystemTime,
     /// A later epoch that began before this voids a name that is not
     /// exact: it may be that epoch's name.
@@ -110,7 +113,7 @@ impl ThreadNames {
             history.epochs.insert(
                 rename.epoch,
                 NameRecord {
-                    name: rename.name.clone(),
+                    name: rename.name.as_str().into(),
                     since: rename.time,
                     until: rename.time,
                     exact: rename.source == RenameSource::JvmNativeName && !rename.name.is_empty(),
@@ -153,7 +156,7 @@ impl ThreadNames {
                     history.epochs.insert(
                         *epoch,
                         NameRecord {
-                            name: name.clone(),
+                            name: name.as_str().into(),
                             since: time,
                             until: time,
                             exact: true,
@@ -174,7 +177,7 @@ impl ThreadNames {
                     history.epochs.insert(
                         epoch,
                         NameRecord {
-                            name: name.clone(),
+                            name: name.as_str().into(),
                             since: time,
                             until: done + RENAME_LAG,
                             exact: false,
@@ -187,9 +190,9 @@ impl ThreadNames {
 
     /// The thread's name at `epoch`, or its comm (what the kernel stored
     /// with the sample) when no better name is known.
-    pub fn name_at(&self, tgid: u32, tid: u32, epoch: u32, comm: &str) -> String {
+    pub fn name_at(&self, tgid: u32, tid: u32, epoch: u32, comm: &str) -> Arc<str> {
         let Some(history) = self.threads.get(&(tgid, tid)) else {
-            return comm.to_owned();
+            return comm.into();
         };
         match history.epochs.get(&epoch) {
             Some(record) if record.exact => record.name.clone(),
@@ -202,7 +205,7 @@ impl ThreadNames {
             {
                 record.name.clone()
             }
-            _ => comm.to_owned(),
+            _ => comm.into(),
         }
     }
 
@@ -292,13 +295,16 @@ mod tests {
             rename(7, 2, IDLE, RenameSource::JvmNativeName),
             rename(7, 3, TASK_B, RenameSource::JvmNativeName),
         ]);
-        assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_A);
-        assert_eq!(names.name_at(1, 7, 2, "Executor task i"), IDLE);
-        assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_B);
+        assert_eq!(&*names.name_at(1, 7, 1, "Executor task l"), TASK_A);
+        assert_eq!(&*names.name_at(1, 7, 2, "Executor task i"), IDLE);
+        assert_eq!(&*names.name_at(1, 7, 3, "Executor task l"), TASK_B);
         // Unknown epoch, other thread, other process: the comm.
-        assert_eq!(names.name_at(1, 7, 9, "Executor task l"), "Executor task l");
-        assert_eq!(names.name_at(1, 8, 1, "x"), "x");
-        assert_eq!(names.name_at(2, 7, 1, "y"), "y");
+        assert_eq!(
+            &*names.name_at(1, 7, 9, "Executor task l"),
+            "Executor task l"
+        );
+        assert_eq!(&*names.name_at(1, 8, 1, "x"), "x");
+        assert_eq!(&*names.name_at(2, 7, 1, "y"), "y");
     }
 
     #[test]
@@ -310,20 +316,26 @@ mod tests {
             &[dumped(7, TASK_A, None)],
             (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
         );
-        assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_A);
+        assert_eq!(&*names.name_at(1, 7, 0, "Executor task l"), TASK_A);
         // A sample whose comm says the thread had another name then.
-        assert_eq!(names.name_at(1, 7, 0, "Executor task i"), "Executor task i");
+        assert_eq!(
+            &*names.name_at(1, 7, 0, "Executor task i"),
+            "Executor task i"
+        );
 
         // Tracepoint-only JVM: the rename carries the comm; a later dump
         // fills in the full name of that epoch.
         names.apply(&[rename(8, 4, "Executor task l", RenameSource::TaskRename)]);
-        assert_eq!(names.name_at(1, 8, 4, "Executor task l"), "Executor task l");
+        assert_eq!(
+            &*names.name_at(1, 8, 4, "Executor task l"),
+            "Executor task l"
+        );
         names.apply_dump(
             1,
             &[dumped(8, TASK_B, None)],
             (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
         );
-        assert_eq!(names.name_at(1, 8, 4, "Executor task l"), TASK_B);
+        assert_eq!(&*names.name_at(1, 8, 4, "Executor task l"), TASK_B);
     }
 
     #[test]
@@ -332,17 +344,20 @@ mod tests {
         let mut names = ThreadNames::new();
         // Dump at t=10 says TASK_B; filed under epoch 0 (no rename known yet).
         names.apply_dump(1, &[dumped(7, TASK_B, None)], (at(10), at(10)));
-        assert_eq!(names.name_at(1, 7, 0, "Executor task l"), TASK_B);
+        assert_eq!(&*names.name_at(1, 7, 0, "Executor task l"), TASK_B);
         // The next drain announces a rename at t=9 to TASK_B: the dump saw
         // epoch 1's name, so epoch 0 falls back to its comm.
         let mut late = rename(7, 1, TASK_B, RenameSource::JvmNativeName);
         late.time = at(9);
         names.apply(&[late]);
-        assert_eq!(names.name_at(1, 7, 0, "Executor task l"), "Executor task l");
-        assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
+        assert_eq!(
+            &*names.name_at(1, 7, 0, "Executor task l"),
+            "Executor task l"
+        );
+        assert_eq!(&*names.name_at(1, 7, 1, "Executor task l"), TASK_B);
         // A later dump files under the epoch that began before it.
         names.apply_dump(1, &[dumped(7, TASK_A, None)], (at(11), at(11)));
-        assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
+        assert_eq!(&*names.name_at(1, 7, 1, "Executor task l"), TASK_B);
     }
 
     #[test]
@@ -360,8 +375,12 @@ mod tests {
             // Epoch 0 may have been TASK_A's last moments: its comm then,
             // never another task's name.
             let want = if kept { TASK_B } else { "Executor task l" };
-            assert_eq!(names.name_at(1, 7, 0, "Executor task l"), want, "{renamed}");
-            assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_B);
+            assert_eq!(
+                &*names.name_at(1, 7, 0, "Executor task l"),
+                want,
+                "{renamed}"
+            );
+            assert_eq!(&*names.name_at(1, 7, 1, "Executor task l"), TASK_B);
         }
     }
 
@@ -374,10 +393,10 @@ mod tests {
             (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
         );
         // Exact: used whatever the comm, and a later rename does not undo it.
-        assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_A);
+        assert_eq!(&*names.name_at(1, 7, 3, "Executor task l"), TASK_A);
         names.apply(&[rename(7, 4, TASK_B, RenameSource::JvmNativeName)]);
-        assert_eq!(names.name_at(1, 7, 3, "Executor task l"), TASK_A);
-        assert_eq!(names.name_at(1, 7, 4, "Executor task l"), TASK_B);
+        assert_eq!(&*names.name_at(1, 7, 3, "Executor task l"), TASK_A);
+        assert_eq!(&*names.name_at(1, 7, 4, "Executor task l"), TASK_B);
     }
 
     #[test]
@@ -389,7 +408,7 @@ mod tests {
             &[dumped(7, TASK_B, None)],
             (SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
         );
-        assert_eq!(names.name_at(1, 7, 1, "Executor task l"), TASK_A);
+        assert_eq!(&*names.name_at(1, 7, 1, "Executor task l"), TASK_A);
     }
 
     #[test]
@@ -408,7 +427,7 @@ mod tests {
         names.prune(at(25));
         let epochs: Vec<u32> = names.threads[&(1, 7)].epochs.keys().copied().collect();
         assert_eq!(epochs, vec![2, 3]);
-        assert_eq!(names.name_at(1, 7, 2, "Executor task i"), IDLE);
+        assert_eq!(&*names.name_at(1, 7, 2, "Executor task i"), IDLE);
     }
 
     #[test]
@@ -420,7 +439,7 @@ mod tests {
             .collect();
         names.apply(&renames);
         assert_eq!(names.threads[&(1, 7)].epochs.len(), MAX_EPOCHS_PER_THREAD);
-        assert_eq!(names.name_at(1, 7, last, "c"), IDLE);
+        assert_eq!(&*names.name_at(1, 7, last, "c"), IDLE);
         names.forget_process(1);
         assert!(names.threads.is_empty());
     }

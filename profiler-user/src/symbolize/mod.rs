@@ -68,7 +68,7 @@ impl Frame {
 pub struct SymbolizedSample {
     pub process: Arc<ProcessInfo>,
     pub tid: u32,
-    pub thread_name: String,
+    pub thread_name: Arc<str>,
     /// The Spark task the thread ran, if any.
     pub task: Option<TaskThread>,
     /// On-CPU samples, or off-CPU microseconds (then the leaf frame says how
@@ -589,7 +589,7 @@ mod tests {
                 count: 5,
             },
             process: process.clone(),
-            thread_name: format!("pool-{tid}"),
+            thread_name: format!("pool-{tid}").into(),
             task: None,
         }
     }

@@ -611,7 +611,7 @@ impl Writer {
                 task.task_label().into()
             }
             (Group::SparkStage { .. }, _) => TASK_THREAD_FRAME.into(),
-            _ => sample.thread_name.as_str().into(),
+            _ => (*sample.thread_name).into(),
         };
         let mut line = std::mem::take(&mut self.line);
         self.pieces.stack(sample, &thread, &mut line);
@@ -1207,7 +1207,7 @@ mod tests {
         SymbolizedSample {
             process: process.clone(),
             tid: process.pid,
-            thread_name: process.name.clone(),
+            thread_name: process.name.as_str().into(),
             task: None,
             kind: SampleKind::OnCpu,
             frames: vec![Frame {
