@@ -415,13 +415,15 @@ fn process_churn_writes_a_file_per_program() {
     let work = tempfile::tempdir().unwrap();
     let chain = build_workload("chain", work.path());
     let stayer = Workload::start(&chain, &["4", "1"]);
-    let recorder = Recorder::start(&["--duration", "6"]);
+    // Long enough that even a slow moment of a 2-CPU host starts the
+    // hundreds this is about (6 s started 460 to 552 on one such host).
+    let recorder = Recorder::start(&["--duration", "9"]);
     let started = std::time::Instant::now();
     let mut pids = Vec::new();
     let mut rounds = 0;
     // `true` as fast as it goes, a 20 ms spinner of the chain workload, and
     // `python3 -c pass`, for as long as the recording lasts.
-    while started.elapsed() < Duration::from_secs(6) {
+    while started.elapsed() < Duration::from_secs(9) {
         for _ in 0..8 {
             let child = Command::new("/bin/true").spawn().unwrap();
             pids.push(child.id());
