@@ -31,3 +31,18 @@ pub mod write;
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 /// The set of [`FastMap`].
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// The one copy of `text` in `set`, made and added if it has none: names
+/// many frames or samples share are held once and handed out by reference
+/// count.
+pub(crate) fn intern<S: std::hash::BuildHasher>(
+    set: &mut std::collections::HashSet<std::sync::Arc<str>, S>,
+    text: &str,
+) -> std::sync::Arc<str> {
+    if let Some(held) = set.get(text) {
+        return held.clone();
+    }
+    let held: std::sync::Arc<str> = text.into();
+    set.insert(held.clone());
+    held
+}

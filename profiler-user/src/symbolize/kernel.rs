@@ -70,7 +70,7 @@ impl KernelSymbolizer {
             Ok(results) => {
                 for (addr, result) in todo.iter().zip(results) {
                     let name: Arc<str> = match result {
-                        Symbolized::Sym(sym) => intern(&mut self.functions, &sym.name),
+                        Symbolized::Sym(sym) => crate::intern(&mut self.functions, &sym.name),
                         Symbolized::Unknown(_) => format!("[unknown kernel 0x{addr:x}]").into(),
                     };
                     self.names.insert(*addr, name);
@@ -105,16 +105,6 @@ fn source() -> Source<'static> {
         debug_syms: false,
         ..Default::default()
     })
-}
-
-/// The one copy of `name` in `functions`.
-fn intern(functions: &mut HashSet<Arc<str>>, name: &str) -> Arc<str> {
-    if let Some(name) = functions.get(name) {
-        return name.clone();
-    }
-    let name: Arc<str> = name.into();
-    functions.insert(name.clone());
-    name
 }
 
 impl Default for KernelSymbolizer {

@@ -315,21 +315,15 @@ impl Symbolizer {
                 + 2,
         );
         match user {
-            RawStack::Frames { ips, truncated } => {
-                let mut room = std::mem::take(&mut self.room);
-                room.lookups.clear();
-                room.lookups.extend(lookup_addresses(ips).map(Some));
-                self.user_frames(
-                    process,
-                    &mut room,
-                    *truncated,
-                    count,
-                    runtime,
-                    &mut frames,
-                    |_, _, _| {},
-                );
-                self.room = room;
-            }
+            RawStack::Frames { ips, truncated } => self.user_frames(
+                process,
+                lookup_addresses(ips).map(Some),
+                *truncated,
+                count,
+                runtime,
+                &mut frames,
+                |_, _, _| {},
+            ),
             RawStack::Lost(errno) => frames.push(Frame::marker(&lost_marker("user", *errno))),
             RawStack::Absent => {}
         }
@@ -374,16 +368,11 @@ impl Symbolizer {
         runtime: &mut dyn RuntimeFrames,
         frames: &mut Vec<Frame>,
     ) {
-        let mut room = std::mem::take(&mut self.room);
-        room.lookups.clear();
-        room.lookups.extend(
+        self.user_frames(
+            process,
             stack.frames.iter().enumerate().map(|(index, frame)| {
                 is_native(frame).then(|| lookup_address(index, frame.address))
             }),
-        );
-        self.user_frames(
-            process,
-            &mut room,
             stack.truncated,
             count,
             runtime,
@@ -395,13 +384,13 @@ impl Symbolizer {
                 }
             },
         );
-        self.room = room;
     }
 
     /// Appends to `frames` the frames of a user stack, root first, from its
-    /// frames leaf first: for each (`room.lookups`), the address to name a
+    /// frames leaf first: for each (`lookups`), the address to name a
     /// native frame by (see [`lookup_addresses`]), or `None` for a frame
-    /// `recorded` names (a runtime's record, by its index).
+    /// `recorded` names (a runtime's record, by its index). They are
+    /// gathered in the symbolizer's room ([`StackRoom`]).
     ///
     /// An address outside code is a garbage return address (read where no
     /// frame pointer was kept): never a frame. Where the walk ends outside
@@ -410,17 +399,23 @@ impl Symbolizer {
     /// walks can step over, just goes.)
     #[allow(clippy::too_many_arguments)] // the stack, its process, and where its frames go
     fn user_frames(
-        &self,
+        &mut self,
         process: &ProcessInfo,
-        room: &mut StackRoom,
+        lookups: impl Iterator<Item = Option<u64>>,
         truncated: bool,
         count: u64,
         runtime: &mut dyn RuntimeFrames,
         frames: &mut Vec<Frame>,
         mut recorded: impl FnMut(&mut dyn RuntimeFrames, usize, &mut Vec<Frame>),
     ) {
+        let StackRoom {
+            lookups: room_lookups,
+            is_code,
+        } = &mut self.room;
+        room_lookups.clear();
+        room_lookups.extend(lookups);
+        let lookups = &*room_lookups;
         let native = self.native.process(process);
-        let StackRoom { lookups, is_code } = room;
         is_code.clear();
         is_code.extend(
             lookups

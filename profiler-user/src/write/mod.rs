@@ -230,15 +230,10 @@ const MAX_SHARED_IDS: usize = 4096;
 
 impl SharedIds {
     fn get(&mut self, id: &str) -> Arc<str> {
-        if let Some(shared) = self.ids.get(id) {
-            return shared.clone();
-        }
-        if self.ids.len() >= MAX_SHARED_IDS {
+        if self.ids.len() >= MAX_SHARED_IDS && !self.ids.contains(id) {
             self.ids.clear();
         }
-        let shared: Arc<str> = Arc::from(id);
-        self.ids.insert(shared.clone());
-        shared
+        crate::intern(&mut self.ids, id)
     }
 }
 
