@@ -549,6 +549,12 @@ pub mod names {
     pub const TARGET_TGIDS: &str = "TARGET_TGIDS";
     /// Global `u8`: non-zero when only [`TARGET_TGIDS`] are sampled.
     pub const FILTER_BY_TGID: &str = "FILTER_BY_TGID";
+    /// Global `u64`: non-zero, the id of the cgroup (v2) whose threads, and
+    /// its descendants', are the only ones sampled.
+    pub const FILTER_CGROUP_ID: &str = "FILTER_CGROUP_ID";
+    /// Global `u32`: the level of [`FILTER_CGROUP_ID`] in the hierarchy
+    /// (its root is 0).
+    pub const FILTER_CGROUP_LEVEL: &str = "FILTER_CGROUP_LEVEL";
     /// The uprobe on HotSpot's `os::set_native_thread_name(const char*)`.
     pub const PROGRAM_JVM_THREAD_NAME: &str = "jvm_thread_name";
     /// The `task:task_rename` BTF tracepoint program.

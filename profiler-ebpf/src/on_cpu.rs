@@ -17,7 +17,7 @@ use aya_ebpf::{
     EbpfContext, Global,
     bindings::{BPF_F_MMAPABLE, BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
     helpers::bpf_get_smp_processor_id,
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns},
     macros::{map, perf_event},
     maps::{Array, HashMap, PerCpuArray, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
@@ -39,6 +39,16 @@ use crate::{
 /// Non-zero: sample only the processes in `TARGET_TGIDS` (`--pid`).
 #[unsafe(no_mangle)]
 static FILTER_BY_TGID: Global<u8> = Global::new(0);
+
+/// Non-zero: sample only the threads in this cgroup (v2) or below it
+/// (`--cgroup`): its id, and its depth in the hierarchy
+/// ([`FILTER_CGROUP_LEVEL`]), where the current thread's ancestor must be
+/// it. One helper call, no map: a process forked into it later (a PySpark
+/// worker) is in it from its first sample.
+#[unsafe(no_mangle)]
+static FILTER_CGROUP_ID: Global<u64> = Global::new(0);
+#[unsafe(no_mangle)]
+static FILTER_CGROUP_LEVEL: Global<u32> = Global::new(0);
 
 #[map]
 static ACTIVE_BUFFER: Array<u32> = Array::with_max_entries(control::COUNT, 0);
@@ -118,6 +128,14 @@ pub fn sample_on_cpu(ctx: PerfEventContext) -> u32 {
         return 0;
     }
     if FILTER_BY_TGID.load() != 0 && unsafe { TARGET_TGIDS.get(&tgid) }.is_none() {
+        count_stat(stat::FILTERED);
+        return 0;
+    }
+    let cgroup = FILTER_CGROUP_ID.load();
+    if cgroup != 0
+        && unsafe { bpf_get_current_ancestor_cgroup_id(FILTER_CGROUP_LEVEL.load() as i32) }
+            != cgroup
+    {
         count_stat(stat::FILTERED);
         return 0;
     }

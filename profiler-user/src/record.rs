@@ -19,6 +19,7 @@ use crate::{
     symbolize::Symbolizer,
     sys::{
         caps::Capabilities,
+        cgroup::CgroupScope,
         cpu::{Stage, StageCpu, process_cpu},
         proc::{self, Mapping},
         sysctl,
@@ -48,6 +49,8 @@ pub struct RecordOptions {
     pub output: PathBuf,
     /// Only these processes (empty: the whole host).
     pub pids: Vec<u32>,
+    /// Only what runs in this cgroup or below it (`--cgroup`).
+    pub cgroup: Option<CgroupScope>,
     /// Raise `kernel.perf_event_max_stack` to this for the recording.
     pub max_stack_depth: Option<u32>,
     /// How often the kernel maps are drained.
@@ -145,6 +148,8 @@ fn samples_per_interval(cpus: u32, frequency_hz: u64, drain_interval: Duration) 
 pub(crate) struct Pipeline {
     /// `--pid`: only these processes (empty: the whole host).
     pids: Vec<u32>,
+    /// `--cgroup`: only the processes in it.
+    cgroup: Option<CgroupScope>,
     pub(crate) collector: Collector,
     enricher: Enricher,
     symbolizer: Symbolizer,
@@ -194,11 +199,24 @@ impl Pipeline {
         if let Some(events) = self.events.as_mut() {
             events.started.push(process.clone());
         }
-        let off_cpu = if self.pids.is_empty() {
-            process.in_a_runtime()
-        } else {
-            self.pids.contains(&process.pid)
+        // A process outside `--pid` or `--cgroup` is never sampled: no
+        // runtime takes it on either (its JVM is not asked for thread
+        // names, its memory not read), so that it does not pay for a
+        // recording of others.
+        let (in_scope, off_cpu) = match (&self.cgroup, self.pids.is_empty()) {
+            (Some(cgroup), _) => {
+                let held = cgroup.holds(process.pid);
+                (held, held && process.in_a_runtime())
+            }
+            (None, true) => (true, process.in_a_runtime()),
+            (None, false) => {
+                let listed = self.pids.contains(&process.pid);
+                (listed, listed)
+            }
         };
+        if !in_scope {
+            return;
+        }
         if off_cpu && let Err(err) = self.collector.watch_off_cpu(process.pid) {
             warn!(pid = process.pid, "off-CPU time not recorded: {err}");
         }
@@ -393,6 +411,10 @@ impl Session {
                 cpus,
             ),
             target_pids: options.pids.clone(),
+            target_cgroup: options
+                .cgroup
+                .as_ref()
+                .map(|cgroup| (cgroup.id, cgroup.level)),
             off_cpu: options.off_cpu_min_block.map(|min_block| OffCpuConfig {
                 min_block,
                 stack_map_entries: profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES,
@@ -404,6 +426,7 @@ impl Session {
         runtimes.prepare(&mut collector);
         let mut pipeline = Pipeline {
             pids: options.pids.clone(),
+            cgroup: options.cgroup.clone(),
             collector,
             enricher: Enricher::new(),
             symbolizer: Symbolizer::new(),
@@ -429,6 +452,7 @@ impl Session {
             stack_depth,
             stack_map_entries,
             pids = ?options.pids,
+            cgroup = ?options.cgroup.as_ref().map(|cgroup| &cgroup.path),
             "recording on {cpus} CPUs into {}",
             options.output.display()
         );

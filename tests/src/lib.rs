@@ -5,6 +5,7 @@
 //! machine's C compiler. Whatever they need and cannot find makes them fail,
 //! loudly: nothing is skipped.
 
+pub mod cgroup;
 pub mod fake_executor;
 pub mod spark;
 

@@ -130,6 +130,9 @@ pub struct Cluster {
     install: SparkInstall,
     pub master_url: String,
     roots: Vec<Child>,
+    /// The `cgroup.procs` every process it starts moves into (see
+    /// [`Cluster::start_in`]).
+    cgroup_procs: Option<std::ffi::CString>,
 }
 
 /// A finished application.
@@ -193,6 +196,26 @@ impl Cluster {
             .stdin(Stdio::null())
             // Own process group: a kill of the group reaches what it forks.
             .process_group(0);
+        if let Some(procs) = self.cgroup_procs.clone() {
+            // In the child before it runs the program: what it starts
+            // (executors, Python workers) starts there too. Only calls
+            // that are safe between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    let err = std::io::Error::last_os_error();
+                    libc::close(fd);
+                    if written != 1 {
+                        return Err(err);
+                    }
+                    Ok(())
+                });
+            }
+        }
         command
     }
 
@@ -210,6 +233,18 @@ impl Cluster {
 
     /// Starts the Master, then the Worker, and waits for its registration.
     pub fn start(install: &SparkInstall) -> Self {
+        Self::start_with(install, None)
+    }
+
+    /// [`Self::start`], with everything the cluster runs (the Master, the
+    /// Worker, the executors and their Python workers, and the drivers
+    /// [`Self::run_job`] starts) in `cgroup`: two clusters side by side,
+    /// each in its own.
+    pub fn start_in(install: &SparkInstall, cgroup: &crate::cgroup::Cgroup) -> Self {
+        Self::start_with(install, Some(cgroup))
+    }
+
+    fn start_with(install: &SparkInstall, cgroup: Option<&crate::cgroup::Cgroup>) -> Self {
         crate::require_root();
         let tmp = tempfile::Builder::new()
             .prefix("sparkprof-spark-")
@@ -224,6 +259,10 @@ impl Cluster {
             install: install.clone(),
             master_url: format!("spark://127.0.0.1:{master_port}"),
             roots: Vec::new(),
+            cgroup_procs: cgroup.map(|cgroup| {
+                std::ffi::CString::new(cgroup.procs().into_os_string().into_encoded_bytes())
+                    .expect("a cgroup path without NUL")
+            }),
         };
         let spark_class = install.spark_home.join("bin/spark-class");
 

@@ -56,6 +56,22 @@ fn processes_that_cannot_be_profiled_are_refused() {
 }
 
 #[test]
+fn a_cgroup_that_is_not_one_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let stderr = refused(&["--cgroup", path, "--duration", "1"]);
+    assert!(
+        stderr.contains(&format!("--cgroup {path} is not a cgroup")),
+        "{stderr}"
+    );
+    let gone = format!("{path}/gone");
+    let stderr = refused(&["--cgroup", &gone, "--duration", "1"]);
+    assert!(stderr.contains(&format!("--cgroup {gone}: ")), "{stderr}");
+    let stderr = refused(&["--cgroup", "/sys/fs/cgroup", "--pid", "1"]);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+#[test]
 fn map_sizes_and_budgets_out_of_range_are_refused() {
     let stderr = refused(&["--stack-map-entries", "0", "--duration", "1"]);
     assert!(stderr.contains("--stack-map-entries"), "{stderr}");

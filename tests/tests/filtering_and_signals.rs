@@ -1,7 +1,8 @@
-//! `--pid` narrows sampling to the given processes; SIGINT and SIGTERM stop a
-//! recording with everything counted so far written out.
+//! `--pid` narrows sampling to the given processes, `--cgroup` to what runs
+//! in a cgroup; SIGINT and SIGTERM stop a recording with everything counted
+//! so far written out.
 
-use sparkprof_tests::{Recorder, Workload, build_workload};
+use sparkprof_tests::{Recorder, Recording, Workload, build_workload, cgroup::Cgroup};
 
 #[test]
 fn pid_filter_samples_only_the_given_process() {
@@ -11,7 +12,34 @@ fn pid_filter_samples_only_the_given_process() {
     let other = Workload::start(&chain, &["4", "1"]);
     let wanted_pid = wanted.pid().to_string();
     let recorder = Recorder::start(&["--duration", "2", "--pid", &wanted_pid]);
-    let recording = recorder.wait();
+    assert_only_recorded(&recorder.wait(), &wanted, &other);
+}
+
+/// `--cgroup` records what runs in a cgroup or below it: the process moved
+/// into a child of the cgroup given, not its twin outside. (The kernel
+/// tells a thread's cgroup at each sample: what moves in or is forked
+/// there later counts from then.)
+#[test]
+fn cgroup_filter_samples_only_what_runs_in_the_cgroup() {
+    let group = Cgroup::create("sparkprof-test-scope").unwrap();
+    let inner = group.child("inner").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let chain = build_workload("chain", work.path());
+    let wanted = Workload::start(&chain, &["4", "1"]);
+    let other = Workload::start(&chain, &["4", "1"]);
+    inner.add(wanted.pid()).unwrap();
+    let recorder = Recorder::start(&[
+        "--duration",
+        "2",
+        "--cgroup",
+        group.path().to_str().unwrap(),
+    ]);
+    assert_only_recorded(&recorder.wait(), &wanted, &other);
+}
+
+/// `recording` holds `wanted`'s samples, and none of `other`'s, which the
+/// kernel filtered.
+fn assert_only_recorded(recording: &Recording, wanted: &Workload, other: &Workload) {
     recording.assert_ok();
     let pids: Vec<u64> = recording
         .files()

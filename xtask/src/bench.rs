@@ -67,7 +67,6 @@ use crate::{build, toolchain, workspace_root};
 mod exits;
 mod host;
 mod jit;
-mod job_cgroup;
 mod off_cpu;
 mod peers;
 mod procs;

@@ -8,6 +8,7 @@ use sparkprof::{
     doctor,
     record::{RecordError, RecordOptions, record},
     runtime::jvm::{JitOptions, JvmOptions},
+    sys::cgroup::CgroupScope,
     write::WriteOptions,
 };
 
@@ -110,6 +111,10 @@ struct SamplingArgs {
     /// Only these processes (repeatable).
     #[arg(long = "pid", short)]
     pids: Vec<u32>,
+    /// Only what runs in this cgroup (v2) or below it, e.g. a YARN NodeManager's
+    /// `/sys/fs/cgroup/hadoop-yarn`: processes that start in it later are recorded too.
+    #[arg(long, value_name = "DIR", conflicts_with = "pids")]
+    cgroup: Option<PathBuf>,
     /// Raise kernel.perf_event_max_stack to N frames for this recording (restored afterwards).
     #[arg(long)]
     max_stack_depth: Option<u32>,
@@ -260,11 +265,19 @@ fn record_options(
         eprintln!("sparkprof: --frequency must be between 1 and 100000 Hz");
         return Err(ExitCode::from(2));
     }
+    let cgroup = match args.cgroup.as_deref().map(CgroupScope::open).transpose() {
+        Ok(cgroup) => cgroup,
+        Err(err) => {
+            eprintln!("sparkprof: {err}");
+            return Err(ExitCode::from(2));
+        }
+    };
     Ok(RecordOptions {
         duration,
         frequency_hz: args.frequency,
         output,
         pids: args.pids,
+        cgroup,
         max_stack_depth: args.max_stack_depth,
         drain_interval: Duration::from_millis(args.drain_interval_ms.max(10)),
         flush_interval: Duration::from_secs(60),

@@ -70,6 +70,9 @@ pub struct CollectorConfig {
     pub sample_log_per_cpu: u32,
     /// Only these processes, when not empty.
     pub target_pids: Vec<u32>,
+    /// Only the threads in this cgroup or below it: its id and level (see
+    /// `crate::sys::cgroup`).
+    pub target_cgroup: Option<(u64, u32)>,
     /// Record off-CPU time too (of the processes passed to
     /// [`Collector::watch_off_cpu`]).
     pub off_cpu: Option<OffCpuConfig>,
@@ -312,6 +315,9 @@ impl Collector {
         // no type for; only the kernel side uses it.
         loader.allow_unsupported_maps();
         loader.override_global(names::FILTER_BY_TGID, &filter, true);
+        let (cgroup_id, cgroup_level) = config.target_cgroup.unwrap_or_default();
+        loader.override_global(names::FILTER_CGROUP_ID, &cgroup_id, true);
+        loader.override_global(names::FILTER_CGROUP_LEVEL, &cgroup_level, true);
         match (&config.off_cpu, &off_cpu_globals) {
             (Some(off_cpu), Some(globals)) => {
                 globals.configure(&mut loader);

@@ -3,6 +3,7 @@
 //! Nothing here depends on the pipeline; every stage and command may use it.
 
 pub mod caps;
+pub mod cgroup;
 pub mod cpu;
 pub mod elf;
 pub mod exits;

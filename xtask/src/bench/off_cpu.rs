@@ -269,7 +269,7 @@ impl Harness<'_> {
     fn spark_kernel_cost(
         &self,
         cluster: &mut sparkprof_tests::spark::Cluster,
-        group: &super::job_cgroup::JobCgroup,
+        group: &sparkprof_tests::cgroup::Cgroup,
     ) -> Result<SparkKernelCost> {
         wait_for_quiet_host()?;
         let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;

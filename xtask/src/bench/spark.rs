@@ -31,15 +31,16 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use sparkprof_tests::{
     Recorder, Recording,
+    cgroup::Cgroup,
     fake_executor::FakeExecutor,
     spark::{Cluster, EventLog, Job, SparkInstall},
 };
 
+use super::exits;
 use super::{
     Bench, KernelRuns, Profiler, Running, SysctlGuard, Tool, cpu_time, mean_and_sd, median, met,
     pause, progress, spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
 };
-use super::{exits, job_cgroup::JobCgroup};
 use crate::workspace_root;
 
 /// Interleaved (unprofiled, profiled) job pairs unless `--runs` says otherwise.
@@ -273,7 +274,7 @@ pub(super) fn job_pairs_then<T>(
     bench: &Bench,
     pairs: usize,
     profiler: Profiler,
-    then: impl FnOnce(&mut Cluster, &JobCgroup) -> Result<T>,
+    then: impl FnOnce(&mut Cluster, &Cgroup) -> Result<T>,
 ) -> Result<(Runtime, T)> {
     // The end-to-end test's components: a JDK and pyspark.
     crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
@@ -291,7 +292,7 @@ pub(super) fn job_pairs_then<T>(
     progress("[spark] starting a standalone Master and Worker");
     // Everything the cluster runs (executors, Python workers, drivers)
     // in one cgroup, for the CPU the job costs.
-    let group = JobCgroup::create("sparkprof-bench-job")?;
+    let group = Cgroup::create("sparkprof-bench-job")?;
     let mut cluster = {
         let _inside = group.enter()?;
         Cluster::start(&install)
@@ -420,13 +421,13 @@ pub(super) fn job_pairs_then<T>(
 
 /// Runs the bench's Spark job on `cluster`, its processes in `group`;
 /// returns the event log's first-job-to-last-job seconds.
-pub(super) fn run_one_job(cluster: &mut Cluster, group: &JobCgroup) -> Result<f64> {
+pub(super) fn run_one_job(cluster: &mut Cluster, group: &Cgroup) -> Result<f64> {
     let job = run_job_in(cluster, group)?;
     jobs_seconds(&job, &EventLog::read(&job.event_log))
 }
 
 /// The bench's Spark job on `cluster`, its processes in `group`.
-fn run_job_in(cluster: &mut Cluster, group: &JobCgroup) -> Result<Job> {
+fn run_job_in(cluster: &mut Cluster, group: &Cgroup) -> Result<Job> {
     let _inside = group.enter()?;
     Ok(cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT))
 }
