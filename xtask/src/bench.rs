@@ -73,6 +73,7 @@ mod procs;
 mod python;
 mod soak;
 mod spark;
+mod spark_control;
 mod stats;
 mod threads;
 
@@ -90,7 +91,8 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
            python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python and a Java sample),
            threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs),
            soak (the daemon for ten minutes under process churn: RSS and CPU over time),
-           spark-daemon (the Spark job pairs with the daemon, 60-s windows, in place of record);
+           spark-daemon (the Spark job pairs with the daemon, 60-s windows, in place of record),
+           spark-control (the Spark job's CPU when recorded, against a copy run beside it: N pairs);
            default: all";
 
 /// Interleaved (unprofiled, profiled) workload pairs per profiler.
@@ -141,10 +143,11 @@ enum Section {
     Threads,
     Soak,
     SparkDaemon,
+    SparkControl,
 }
 
 impl Section {
-    const ALL: [Section; 10] = [
+    const ALL: [Section; 11] = [
         Section::Kernel,
         Section::Overhead,
         Section::Cost,
@@ -155,6 +158,7 @@ impl Section {
         Section::Threads,
         Section::Soak,
         Section::SparkDaemon,
+        Section::SparkControl,
     ];
 
     /// Its name for `--only` and in its BENCHMARKS.md markers.
@@ -170,6 +174,7 @@ impl Section {
             Section::Threads => "threads",
             Section::Soak => "soak",
             Section::SparkDaemon => "spark-daemon",
+            Section::SparkControl => "spark-control",
         }
     }
 
@@ -192,6 +197,7 @@ impl Section {
                 | Section::Threads
                 | Section::Soak
                 | Section::SparkDaemon
+                | Section::SparkControl
         )
     }
 }
@@ -299,6 +305,10 @@ pub fn run(args: &[String]) -> Result<()> {
         )?),
         false => None,
     };
+    let spark_control = match wants(Section::SparkControl) {
+        true => Some(spark_control::measure(&bench, spark_pairs)?),
+        false => None,
+    };
     let report = Report {
         command: command_line(&options),
         host,
@@ -314,6 +324,7 @@ pub fn run(args: &[String]) -> Result<()> {
         threads,
         soak,
         spark_daemon,
+        spark_control,
         incidents: bench.incidents.take(),
     };
 
@@ -467,6 +478,7 @@ struct Report {
     threads: Option<threads::ThreadsReport>,
     soak: Option<soak::SoakReport>,
     spark_daemon: Option<spark::Runtime>,
+    spark_control: Option<spark_control::ControlReport>,
     incidents: Vec<String>,
 }
 
@@ -513,6 +525,9 @@ impl Report {
                 )
             );
             sections.push((Section::SparkDaemon, text));
+        }
+        if let Some(control) = &self.spark_control {
+            sections.push((Section::SparkControl, control.markdown()));
         }
         let incidents = self.incidents_note();
         let last = sections.len().saturating_sub(1);

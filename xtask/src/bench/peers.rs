@@ -333,6 +333,17 @@ impl Running {
     /// Starts `profiler` with its output in a fresh directory under the
     /// scratch directory and waits until it samples.
     pub(crate) fn start(profiler: Profiler, bench: &Bench, purpose: &str) -> Result<Self> {
+        Self::start_with(profiler, bench, purpose, &[])
+    }
+
+    /// [`Self::start`], with `extra` arguments after the profiler's own
+    /// (sparkprof's `--cgroup DIR`, say).
+    pub(crate) fn start_with(
+        profiler: Profiler,
+        bench: &Bench,
+        purpose: &str,
+        extra: &[&std::ffi::OsStr],
+    ) -> Result<Self> {
         let dir = bench.scratch.join(format!(
             "{purpose}-{}-{}",
             profiler.to_string().replace(' ', "-"),
@@ -345,6 +356,7 @@ impl Running {
             ready,
             settle,
         } = profiler.launch(&bench.sparkprof, &dir);
+        command.args(extra);
         let child = spawn_logged(&mut command, &log).with_context(|| profiler.to_string())?;
         let mut running = Self {
             profiler,

@@ -36,19 +36,18 @@ use sparkprof_tests::{
     spark::{Cluster, EventLog, Job, SparkInstall},
 };
 
-use super::exits;
 use super::{
-    Bench, KernelRuns, Profiler, Running, SysctlGuard, Tool, cpu_time, mean_and_sd, median, met,
-    pause, progress, spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
+    Bench, KernelRuns, Profiler, Running, SysctlGuard, Tool, cpu_time, exits, mean_and_sd, median,
+    met, pause, progress, spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
 /// Interleaved (unprofiled, profiled) job pairs unless `--runs` says otherwise.
 pub const DEFAULT_PAIRS: usize = 3;
 /// The job and its size: `ROUNDS ROWS` as in tests/tests/spark.rs.
-const JOB_SCRIPT: &str = "spark_job.py";
-const JOB_ARGS: [&str; 2] = ["3", "2000000"];
-const JOB_TIMEOUT: Duration = Duration::from_secs(600);
+pub(super) const JOB_SCRIPT: &str = "spark_job.py";
+pub(super) const JOB_ARGS: [&str; 2] = ["3", "2000000"];
+pub(super) const JOB_TIMEOUT: Duration = Duration::from_secs(600);
 /// sparkprof's defaults: whole host at 99 Hz.
 pub(super) const JOB_HZ: u32 = 99;
 /// The fake executor's run and sampling rate for the attribution figure.
@@ -276,19 +275,8 @@ pub(super) fn job_pairs_then<T>(
     profiler: Profiler,
     then: impl FnOnce(&mut Cluster, &Cgroup) -> Result<T>,
 ) -> Result<(Runtime, T)> {
-    // The end-to-end test's components: a JDK and pyspark.
-    crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
-    crate::spark::setup()?;
-    let expected = workspace_root().join("target/release/sparkprof");
-    if bench.sparkprof != expected {
-        bail!(
-            "the tests' recorder runs {}, the bench built {}",
-            expected.display(),
-            bench.sparkprof.display()
-        );
-    }
+    let install = spark_install(bench)?;
     wait_for_quiet_host()?;
-    let install = SparkInstall::locate();
     progress("[spark] starting a standalone Master and Worker");
     // Everything the cluster runs (executors, Python workers, drivers)
     // in one cgroup, for the CPU the job costs.
@@ -419,6 +407,22 @@ pub(super) fn job_pairs_then<T>(
     Ok((result, then))
 }
 
+/// What a cluster of the bench needs (a JDK and pyspark, as the end-to-end
+/// tests), installed if missing.
+pub(super) fn spark_install(bench: &Bench) -> Result<SparkInstall> {
+    crate::toolchain::apt_install(&["openjdk-17-jdk-headless"])?;
+    crate::spark::setup()?;
+    let expected = workspace_root().join("target/release/sparkprof");
+    if bench.sparkprof != expected {
+        bail!(
+            "the tests' recorder runs {}, the bench built {}",
+            expected.display(),
+            bench.sparkprof.display()
+        );
+    }
+    Ok(SparkInstall::locate())
+}
+
 /// Runs the bench's Spark job on `cluster`, its processes in `group`;
 /// returns the event log's first-job-to-last-job seconds.
 pub(super) fn run_one_job(cluster: &mut Cluster, group: &Cgroup) -> Result<f64> {
@@ -433,7 +437,7 @@ fn run_job_in(cluster: &mut Cluster, group: &Cgroup) -> Result<Job> {
 }
 
 /// From the first job submitted to the last completed, in seconds.
-fn jobs_seconds(job: &Job, log: &EventLog) -> Result<f64> {
+pub(super) fn jobs_seconds(job: &Job, log: &EventLog) -> Result<f64> {
     span_seconds(
         job,
         log.first_job_submitted_ms,
@@ -869,6 +873,30 @@ impl Runtime {
 /// The target for the job's CPU time with sparkprof: less than this many
 /// percent above without.
 const TARGET_JOB_CPU_PERCENT: f64 = 2.0;
+
+/// A row of a figure table: the mean of `ratios` (the job's CPU time with
+/// sparkprof over without, one per pair) as a cost, with a 95 % interval
+/// of it (about two standard errors), and whether it resolves the target
+/// and meets it.
+pub(super) fn job_cpu_row(what: &str, ratios: &[f64]) -> String {
+    let n = ratios.len();
+    let (mean, sd) = mean_and_sd(ratios);
+    let half = sd.map_or(f64::INFINITY, |sd| 2.0 * sd / (n as f64).sqrt());
+    let (low, high) = (100.0 * (mean - half - 1.0), 100.0 * (mean + half - 1.0));
+    let verdict = if 100.0 * half >= TARGET_JOB_CPU_PERCENT {
+        format!(
+            "not resolved here (± {:.1} points with {n} pairs: more pairs, `--runs N`)",
+            100.0 * half
+        )
+    } else {
+        met(high < TARGET_JOB_CPU_PERCENT).to_owned()
+    };
+    format!(
+        "| {what} | {:+.1} % (95 % interval {low:+.1} – {high:+.1} %) | < {TARGET_JOB_CPU_PERCENT} %: {verdict} |\n",
+        100.0 * (mean - 1.0)
+    )
+}
+
 /// The target for sparkprof's own CPU while the job runs, % of one core.
 const TARGET_SPARKPROF_CPU_PERCENT: f64 = 0.5;
 
@@ -877,7 +905,6 @@ impl Runtime {
     /// cost to the job that this 2-CPU host can resolve (wall time spreads
     /// by tens of percent; CPU time much less).
     fn cpu_markdown(&self) -> String {
-        let n = self.pairs.len();
         let mut text = "\nThe cluster's CPU time over each job (a cgroup v2 holding the Master, \
              the Worker, the executors, their Python workers and the driver, not sparkprof; \
              `cpu.stat` `usage_usec` from just before the driver starts to 2 s after it \
@@ -899,22 +926,10 @@ impl Runtime {
             );
         }
         let ratios: Vec<f64> = self.pairs.iter().map(Pair::cpu_ratio).collect();
-        let (mean, sd) = mean_and_sd(&ratios);
-        // A 95 % interval of the mean ratio (about two standard errors).
-        let half = sd.map_or(f64::INFINITY, |sd| 2.0 * sd / (n as f64).sqrt());
-        let (low, high) = (100.0 * (mean - half - 1.0), 100.0 * (mean + half - 1.0));
-        let verdict = if 100.0 * half >= TARGET_JOB_CPU_PERCENT {
-            format!(
-                "not resolved here (± {:.1} points with {n} pairs: more pairs, `--runs N`)",
-                100.0 * half
-            )
-        } else {
-            met(high < TARGET_JOB_CPU_PERCENT).to_owned()
-        };
-        text += &format!(
-            "\n| figure | value | target |\n|---|--:|---|\n\
-             | the job's CPU time with sparkprof, mean of the pairs' ratios | {:+.1} % (95 % interval {low:+.1} – {high:+.1} %) | < {TARGET_JOB_CPU_PERCENT} %: {verdict} |\n",
-            100.0 * (mean - 1.0)
+        text += "\n| figure | value | target |\n|---|--:|---|\n";
+        text += &job_cpu_row(
+            "the job's CPU time with sparkprof, mean of the pairs' ratios",
+            &ratios,
         );
         text += &self.threads_markdown();
         text += &self.kernel_markdown();
