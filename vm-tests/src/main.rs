@@ -203,6 +203,7 @@ fn config(pid: u32, off_cpu: bool) -> CollectorConfig {
         // counts come from both the logs and the count map.
         sample_log_per_cpu: 64,
         target_pids: vec![pid],
+        target_cgroup: None,
         off_cpu: off_cpu.then(|| OffCpuConfig {
             min_block: Duration::from_micros(100),
             // Fewer than `off_cpu_stacks_outlive_their_map` makes.
