@@ -13,8 +13,6 @@ use std::{
 
 pub struct Cgroup {
     dir: PathBuf,
-    /// The cgroup the caller came from, to go back to.
-    home: PathBuf,
 }
 
 /// An error of `path`, saying which.
@@ -26,23 +24,22 @@ impl Cgroup {
     /// A new cgroup beside the caller's own.
     pub fn create(name: &str) -> io::Result<Self> {
         let (root, own) = cgroup2_root_and_own()?;
-        let home = root.join(own.trim_start_matches('/'));
-        Self::create_at(home.join(name), home)
+        Self::create_at(root.join(own.trim_start_matches('/')).join(name))
     }
 
     /// A new cgroup inside this one.
     pub fn child(&self, name: &str) -> io::Result<Self> {
-        Self::create_at(self.dir.join(name), self.home.clone())
+        Self::create_at(self.dir.join(name))
     }
 
-    fn create_at(dir: PathBuf, home: PathBuf) -> io::Result<Self> {
+    fn create_at(dir: PathBuf) -> io::Result<Self> {
         if dir.exists() {
             // A leftover of an interrupted run, empty once its processes
             // are gone.
             fs::remove_dir(&dir).map_err(|err| at(&dir, err))?;
         }
         fs::create_dir(&dir).map_err(|err| at(&dir, err))?;
-        Ok(Self { dir, home })
+        Ok(Self { dir })
     }
 
     /// Its directory (what `sparkprof --cgroup` takes).
@@ -59,13 +56,6 @@ impl Cgroup {
     pub fn add(&self, pid: u32) -> io::Result<()> {
         let procs = self.procs();
         fs::write(&procs, pid.to_string()).map_err(|err| at(&procs, err))
-    }
-
-    /// Moves the calling process into it until the guard drops: what it
-    /// starts meanwhile starts in it.
-    pub fn enter(&self) -> io::Result<Entered<'_>> {
-        self.add(std::process::id())?;
-        Ok(Entered(self))
     }
 
     /// CPU time (user + system) of everything that ran in it so far.
@@ -85,17 +75,6 @@ impl Drop for Cgroup {
     fn drop(&mut self) {
         // Only empty cgroups can go: after their processes.
         let _ = fs::remove_dir(&self.dir);
-    }
-}
-
-pub struct Entered<'a>(&'a Cgroup);
-
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        let procs = self.0.home.join("cgroup.procs");
-        if let Err(err) = fs::write(&procs, std::process::id().to_string()) {
-            eprintln!("could not leave the cgroup {}: {err}", self.0.dir.display());
-        }
     }
 }
 

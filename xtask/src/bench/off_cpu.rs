@@ -212,7 +212,7 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
             tool: Tool::SparkprofOffCpu,
             hz: SPARK_HZ,
         },
-        |cluster, group| harness.spark_kernel_cost(cluster, group),
+        |cluster| harness.spark_kernel_cost(cluster),
     )?;
     Ok(OffCpuReport {
         modes,
@@ -269,7 +269,6 @@ impl Harness<'_> {
     fn spark_kernel_cost(
         &self,
         cluster: &mut sparkprof_tests::spark::Cluster,
-        group: &sparkprof_tests::cgroup::Cgroup,
     ) -> Result<SparkKernelCost> {
         wait_for_quiet_host()?;
         let _stats = SysctlGuard::set("kernel/bpf_stats_enabled", "1")?;
@@ -289,7 +288,7 @@ impl Harness<'_> {
         };
         let before = read()?;
         let started = Instant::now();
-        let job_s = super::spark::run_one_job(cluster, group)?;
+        let job_s = super::spark::run_one_job(cluster)?;
         let after = read()?;
         let window_s = started.elapsed().as_secs_f64();
         let stats = recorder.stop()?;

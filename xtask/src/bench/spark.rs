@@ -45,9 +45,9 @@ use crate::workspace_root;
 /// Interleaved (unprofiled, profiled) job pairs unless `--runs` says otherwise.
 pub const DEFAULT_PAIRS: usize = 3;
 /// The job and its size: `ROUNDS ROWS` as in tests/tests/spark.rs.
-pub(super) const JOB_SCRIPT: &str = "spark_job.py";
+const JOB_SCRIPT: &str = "spark_job.py";
 pub(super) const JOB_ARGS: [&str; 2] = ["3", "2000000"];
-pub(super) const JOB_TIMEOUT: Duration = Duration::from_secs(600);
+const JOB_TIMEOUT: Duration = Duration::from_secs(600);
 /// sparkprof's defaults: whole host at 99 Hz.
 pub(super) const JOB_HZ: u32 = 99;
 /// The fake executor's run and sampling rate for the attribution figure.
@@ -265,7 +265,7 @@ pub struct Runtime {
 /// Interleaved pairs of the Spark job without and with `profiler` (a
 /// sparkprof variant) on a fresh standalone cluster.
 pub(super) fn job_pairs(bench: &Bench, pairs: usize, profiler: Profiler) -> Result<Runtime> {
-    job_pairs_then(bench, pairs, profiler, |_, _| Ok(())).map(|(runtime, ())| runtime)
+    job_pairs_then(bench, pairs, profiler, |_| Ok(())).map(|(runtime, ())| runtime)
 }
 
 /// [`job_pairs`], then `then` on the same cluster before it stops.
@@ -273,7 +273,7 @@ pub(super) fn job_pairs_then<T>(
     bench: &Bench,
     pairs: usize,
     profiler: Profiler,
-    then: impl FnOnce(&mut Cluster, &Cgroup) -> Result<T>,
+    then: impl FnOnce(&mut Cluster) -> Result<T>,
 ) -> Result<(Runtime, T)> {
     let install = spark_install(bench)?;
     wait_for_quiet_host()?;
@@ -281,10 +281,7 @@ pub(super) fn job_pairs_then<T>(
     // Everything the cluster runs (executors, Python workers, drivers)
     // in one cgroup, for the CPU the job costs.
     let group = Cgroup::create("sparkprof-bench-job")?;
-    let mut cluster = {
-        let _inside = group.enter()?;
-        Cluster::start(&install)
-    };
+    let mut cluster = Cluster::start_in(&install, &group);
     // Let the daemons settle after their start (JIT, class loading).
     wait_for_quiet_host()?;
     let mut result = Runtime {
@@ -323,7 +320,7 @@ pub(super) fn job_pairs_then<T>(
             };
             let cluster_before = group.usage()?;
             let exits = exits::Listener::start()?;
-            let job = run_job_in(&mut cluster, &group)?;
+            let job = run_job(&mut cluster);
             let (sparkprof_cpu, window, kernel) = match (&running, before) {
                 (Some(r), Some((cpu, wall, runs))) => {
                     let now = cpu_time(r.pid())?;
@@ -398,7 +395,7 @@ pub(super) fn job_pairs_then<T>(
             profiled,
         });
     }
-    let then = then(&mut cluster, &group)?;
+    let then = then(&mut cluster)?;
     let leftover = cluster.stop();
     if !leftover.is_empty() {
         bail!("Spark processes survived the cluster's stop: {leftover:?}");
@@ -423,17 +420,17 @@ pub(super) fn spark_install(bench: &Bench) -> Result<SparkInstall> {
     Ok(SparkInstall::locate())
 }
 
-/// Runs the bench's Spark job on `cluster`, its processes in `group`;
-/// returns the event log's first-job-to-last-job seconds.
-pub(super) fn run_one_job(cluster: &mut Cluster, group: &Cgroup) -> Result<f64> {
-    let job = run_job_in(cluster, group)?;
+/// Runs the bench's Spark job on `cluster`; returns the event log's
+/// first-job-to-last-job seconds.
+pub(super) fn run_one_job(cluster: &mut Cluster) -> Result<f64> {
+    let job = run_job(cluster);
     jobs_seconds(&job, &EventLog::read(&job.event_log))
 }
 
-/// The bench's Spark job on `cluster`, its processes in `group`.
-fn run_job_in(cluster: &mut Cluster, group: &Cgroup) -> Result<Job> {
-    let _inside = group.enter()?;
-    Ok(cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT))
+/// The bench's Spark job on `cluster` (its processes in the cluster's
+/// cgroup, where the cluster starts them).
+pub(super) fn run_job(cluster: &mut Cluster) -> Job {
+    cluster.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT)
 }
 
 /// From the first job submitted to the last completed, in seconds.

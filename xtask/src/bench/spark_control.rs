@@ -32,7 +32,7 @@ use sparkprof_tests::{
 
 use super::{
     Bench, Profiler, Running, Tool, cpu_time, mean_and_sd, pause, progress,
-    spark::{JOB_ARGS, JOB_HZ, JOB_SCRIPT, JOB_TIMEOUT, job_cpu_row, jobs_seconds, spark_install},
+    spark::{JOB_ARGS, JOB_HZ, job_cpu_row, jobs_seconds, run_job, spark_install},
     wait_for_quiet_host,
 };
 
@@ -156,8 +156,8 @@ fn run_both(
     let (sparkprof_before, started) = (cpu_time(running.pid())?, Instant::now());
     let [a, b] = clusters;
     let jobs: [Job; 2] = thread::scope(|scope| {
-        let other = scope.spawn(|| b.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT));
-        let job = a.run_job(JOB_SCRIPT, &JOB_ARGS, JOB_TIMEOUT);
+        let other = scope.spawn(|| run_job(b));
+        let job = run_job(a);
         other
             .join()
             .map(|other| [job, other])
