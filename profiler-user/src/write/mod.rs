@@ -25,14 +25,18 @@
 //! # While a recording runs
 //! `record` rewrites the files every `--flush-interval` (a checkpoint, so
 //! that a recording cut short keeps what it had counted). A checkpoint
-//! rewrites every changed folded file and the index: what the recording
-//! counted. What is made from them follows later: a file's flame graph
-//! and pprof twin are made only when the file has settled (unchanged
-//! since the last checkpoint) or its graph is [`SVG_REDRAW`] old, and a
-//! new file that still changes gets a stand-in page and a stand-in twin
-//! (no samples) until then; the samples table is rewritten at most every
-//! [`SVG_REDRAW`] (empty at the first checkpoint). Until the recording
-//! ends, an SVG, a twin and the table may show less than the folded file.
+//! rewrites every changed on- and off-CPU folded file and the index: what
+//! the recording counted. What is made from them follows later: a file's
+//! flame graph and pprof twin are made only when the file has settled
+//! (unchanged since the last checkpoint) or its graph is [`SVG_REDRAW`]
+//! old, and a new file that still changes gets a stand-in page and a
+//! stand-in twin (no samples) until then; a wall-clock file (made from
+//! its group's on- and off-CPU files) is written at its first checkpoint,
+//! then again when its group has settled, with its graph, or with the
+//! samples table, which is rewritten at most every [`SVG_REDRAW`] (empty
+//! at the first checkpoint). The index lists each file as it is on disk.
+//! Until the recording ends, an SVG, a twin, a wall-clock file and the
+//! table may show less than the on- and off-CPU files.
 //! The end of the recording (and each window of the daemon) makes every
 //! graph, twin and the table from what the files hold; `sparkprof merge`
 //! makes them from the folded files of a recording that was killed.
@@ -369,9 +373,16 @@ struct OutputFile {
     /// Counts by line (see [`lines`]).
     stacks: crate::FastMap<lines::Line, u64>,
     dirty: bool,
+    /// Samples came in since the files were last written (a checkpoint or
+    /// a flush), whether this one was written then or not.
+    changed: bool,
     /// Written whole (folded and SVG) at least once: only then does the
     /// index list it.
     on_disk: bool,
+    /// What the index says of it: its entry as it was when the file was
+    /// last written (a wall-clock file may wait while its entry moves on:
+    /// see [`OutputFile::lags`]).
+    listed: Option<index::FileEntry>,
     /// When its flame graph was last drawn, and whether its samples have
     /// changed since (a [`Writer::checkpoint`] may leave it as it was).
     svg_drawn: Option<Instant>,
@@ -398,6 +409,26 @@ impl OutputFile {
         (draw, self.dirty && !draw && !self.on_disk)
     }
 
+    /// Whether a checkpoint leaves this file as it is on disk though its
+    /// samples changed. A wall-clock file is made from its group's on- and
+    /// off-CPU files, which hold what was counted and are rewritten at
+    /// every checkpoint; it follows them like a flame graph: rewritten
+    /// once its group has settled (no samples since the last checkpoint),
+    /// when its graph is due, when the samples table is rebuilt (whose
+    /// rows are its lines), and at the end. It was half of the bytes a
+    /// checkpoint wrote with `--off-cpu` (an executor's on- and off-CPU
+    /// lines again, each longer by a frame), rewritten every minute while
+    /// its executor ran. Until then the index lists it as last written.
+    fn lags(&self, kind: ProfileKind, draw_all: bool, table_whole: bool) -> bool {
+        kind == ProfileKind::Wall
+            && self.dirty
+            && self.changed
+            && self.on_disk
+            && !draw_all
+            && !table_whole
+            && !self.graph(draw_all).0
+    }
+
     fn add(&mut self, line: &[u32], count: u64, start: SystemTime, end: SystemTime) {
         match self.stacks.get_mut(line) {
             Some(counted) => *counted += count,
@@ -408,6 +439,7 @@ impl OutputFile {
         self.entry.samples += count;
         self.entry.extend_time(start, end);
         self.dirty = true;
+        self.changed = true;
     }
 
     /// A sample of a wall-clock file's group came in: its stacks are
@@ -416,6 +448,7 @@ impl OutputFile {
     fn touch(&mut self, start: SystemTime, end: SystemTime) {
         self.entry.extend_time(start, end);
         self.dirty = true;
+        self.changed = true;
     }
 
     /// Sums a short-lived process's file into its program's, under the
@@ -427,6 +460,7 @@ impl OutputFile {
         }
         self.entry.absorb(&other.entry);
         self.dirty = true;
+        self.changed = true;
     }
 }
 
@@ -640,7 +674,9 @@ impl Writer {
                     entry,
                     stacks: crate::FastMap::default(),
                     dirty: true,
+                    changed: true,
                     on_disk: false,
+                    listed: None,
                     svg_drawn: None,
                     svg_stale: false,
                     stand_in_at: None,
@@ -695,11 +731,12 @@ impl Writer {
 
     /// [`flush`](Self::flush) during a recording, so that a recording cut
     /// short (killed, the host lost) keeps what it had counted: every
-    /// changed folded file is rewritten, but a flame graph and its pprof
-    /// twin are made only for a file that has settled (unchanged since it
-    /// was last written, as a stage's file once the stage ended) or whose
-    /// graph is [`SVG_REDRAW`] old, and the samples table at most every
-    /// [`SVG_REDRAW`]. A file written for the first time while it still
+    /// changed on- and off-CPU folded file is rewritten, but a flame graph
+    /// and its pprof twin are made only for a file that has settled
+    /// (unchanged since it was last written, as a stage's file once the
+    /// stage ended) or whose graph is [`SVG_REDRAW`] old, the samples table
+    /// at most every [`SVG_REDRAW`], and a wall-clock file as
+    /// [`OutputFile::lags`] says. A file written for the first time while it still
     /// changes gets a stand-in page that says its graph is to come, and a
     /// twin with no samples that says so (the index lists both with the
     /// file). Drawing was most of what a rewrite cost (over a Spark job
@@ -725,8 +762,15 @@ impl Writer {
             .filter(|key| !self.shown(key) || self.waits(&key.1))
             .cloned()
             .collect();
+        // The samples table of every file listed is rebuilt (below) at a
+        // checkpoint, like a graph, at most every SVG_REDRAW (an empty one
+        // the first time); at a flush, always.
+        let table_age = self.table_at.map(|at| at.elapsed());
+        let table_whole = draw_all || table_age.is_some_and(|age| age >= SVG_REDRAW);
         let due = |key: &(ProfileKind, Group), file: &OutputFile| {
-            (file.dirty || file.graph(draw_all).0) && !hidden.contains(key)
+            (file.dirty || file.graph(draw_all).0)
+                && !hidden.contains(key)
+                && !file.lags(key.0, draw_all, table_whole)
         };
         // The wall-clock files to write, drawn from their groups' on- and
         // off-CPU files before those are borrowed for writing: as numbered
@@ -818,6 +862,7 @@ impl Writer {
                 Ok(()) => {
                     file.dirty = false;
                     file.on_disk = true;
+                    file.listed = Some(file.entry.clone());
                     if draw {
                         file.svg_drawn = Some(Instant::now());
                     }
@@ -833,25 +878,26 @@ impl Writer {
                 }
             }
         }
+        // What comes in from now on is new to the next write.
+        for file in self.files.values_mut() {
+            file.changed = false;
+        }
         // An index only for a whole recording: after a failed file (a full
         // disk) the last index stays, and the next flush tries again.
         if let Some(err) = first_error {
             return Err(err);
         }
-        // Only files that are on disk whole: a reader of the index never
-        // meets a missing one.
+        // Only files that are on disk whole, as they are there: a reader of
+        // the index never meets a missing one, nor one it describes wrong.
         let mut entries: Vec<index::FileEntry> = self
             .files
             .iter()
-            .filter(|(key, f)| !hidden.contains(key) && f.on_disk)
-            .map(|(_, f)| f.entry.clone())
+            .filter(|(key, _)| !hidden.contains(key))
+            .filter_map(|(_, f)| f.listed.clone())
             .collect();
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         // The samples table of every file listed, before the index that
-        // names it: at a checkpoint, like a graph, at most every
-        // SVG_REDRAW (an empty one the first time); at a flush, always.
-        let table_age = self.table_at.map(|at| at.elapsed());
-        let table_whole = draw_all || table_age.is_some_and(|age| age >= SVG_REDRAW);
+        // names it (when, see above).
         let mut table = table::SamplesTable::default();
         for (key, file) in &self.files {
             if table_whole && !hidden.contains(key) && file.on_disk {
@@ -1183,6 +1229,79 @@ mod tests {
             files[2]["kind"], "wall",
             "the wall-clock file's kind in index.json"
         );
+    }
+
+    #[test]
+    fn wall_clock_files_follow_their_group_once_it_settles_and_are_listed_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer(dir.path(), Some(100.0));
+        let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let sleep = SampleKind::OffCpu(OffCpuState::Sleep);
+        let drain = |at: u64, leaf: &str| SymbolizedDrain {
+            start: start + Duration::from_secs(at),
+            end: start + Duration::from_secs(at + 1),
+            samples: vec![
+                sample(10, SampleKind::OnCpu, leaf, 2),
+                sample(10, sleep, "[off-cpu: sleep]", 1_000),
+            ],
+            exited: Vec::new(),
+        };
+        let read = |kind: &str| {
+            std::fs::read_to_string(dir.path().join(format!("processes/java-10.{kind}.folded")))
+                .unwrap()
+        };
+        // What index.json says of a kind's file: its samples and end.
+        let listed = |kind: &str| {
+            let file = index_files(dir.path())
+                .into_iter()
+                .find(|file| file["kind"] == kind)
+                .unwrap();
+            (file["samples"].as_u64().unwrap(), file["end"].clone())
+        };
+        let sum = |folded: &str| -> u64 {
+            folded
+                .lines()
+                .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+                .sum()
+        };
+        // Written at its first checkpoint, as the files it joins.
+        writer.add(drain(0, "first"));
+        writer.checkpoint(&header()).unwrap();
+        let first = read("wall");
+        assert_eq!(
+            first,
+            "java [10];worker;[off-cpu: sleep] 1000\njava [10];worker;first;[on-cpu] 200\n"
+        );
+        assert_eq!(listed("wall").0, 1_200);
+        let first_end = listed("wall").1;
+        // Its group still changes: the on- and off-CPU files are rewritten,
+        // the wall-clock file waits, and the index lists it as it is.
+        writer.add(drain(1, "second"));
+        writer.checkpoint(&header()).unwrap();
+        assert!(read("cpu").contains("second") && read("offcpu").contains("2000"));
+        assert_eq!(read("wall"), first);
+        assert_eq!(listed("wall"), (sum(&first), first_end.clone()));
+        assert_eq!(listed("cpu").0, 4);
+        // Settled (nothing new since the last checkpoint): rewritten.
+        writer.checkpoint(&header()).unwrap();
+        let settled = read("wall");
+        assert_eq!(
+            settled,
+            "java [10];worker;[off-cpu: sleep] 2000\n\
+             java [10];worker;first;[on-cpu] 200\n\
+             java [10];worker;second;[on-cpu] 200\n"
+        );
+        assert_eq!(listed("wall").0, sum(&settled));
+        assert_ne!(listed("wall").1, first_end);
+        // The end of the recording writes it whatever its group does.
+        writer.add(drain(2, "third"));
+        writer.checkpoint(&header()).unwrap();
+        assert_eq!(read("wall"), settled);
+        writer.flush(&header()).unwrap();
+        let last = read("wall");
+        assert!(last.contains("third;[on-cpu] 200"), "{last}");
+        assert_eq!(listed("wall").0, sum(&last));
+        assert_eq!(listed("wall").0, 3_600);
     }
 
     /// A process of `name` started at `started` (as the start ticks of
