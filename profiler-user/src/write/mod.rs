@@ -31,10 +31,10 @@
 //! (unchanged since the last checkpoint) or its graph is [`SVG_REDRAW`]
 //! old, and a new file that still changes gets a stand-in page and a
 //! stand-in twin (no samples) until then; a wall-clock file (made from
-//! its group's on- and off-CPU files) is written at its first checkpoint,
-//! then again when its group has settled, with its graph, or with the
-//! samples table, which is rewritten at most every [`SVG_REDRAW`] (empty
-//! at the first checkpoint). The index lists each file as it is on disk.
+//! its group's on- and off-CPU files) is written when its group has
+//! settled, with its graph, or with the samples table, which is rewritten
+//! at most every [`SVG_REDRAW`] (empty at the first checkpoint). The index
+//! lists each file as it is on disk.
 //! Until the recording ends, an SVG, a twin, a wall-clock file and the
 //! table may show less than the on- and off-CPU files.
 //! The end of the recording (and each window of the daemon) makes every
@@ -409,21 +409,21 @@ impl OutputFile {
         (draw, self.dirty && !draw && !self.on_disk)
     }
 
-    /// Whether a checkpoint leaves this file as it is on disk though its
-    /// samples changed. A wall-clock file is made from its group's on- and
-    /// off-CPU files, which hold what was counted and are rewritten at
-    /// every checkpoint; it follows them like a flame graph: rewritten
-    /// once its group has settled (no samples since the last checkpoint),
-    /// when its graph is due, when the samples table is rebuilt (whose
-    /// rows are its lines), and at the end. It was half of the bytes a
-    /// checkpoint wrote with `--off-cpu` (an executor's on- and off-CPU
-    /// lines again, each longer by a frame), rewritten every minute while
-    /// its executor ran. Until then the index lists it as last written.
+    /// Whether a checkpoint leaves this file as it is on disk (or not
+    /// there yet) though its samples changed. A wall-clock file is made
+    /// from its group's on- and off-CPU files, which hold what was counted
+    /// and are rewritten at every checkpoint; it follows them like a flame
+    /// graph: written once its group has settled (no samples since the
+    /// last checkpoint), when its graph is due, when the samples table is
+    /// rebuilt (whose rows are its lines: at most [`SVG_REDRAW`] apart),
+    /// and at the end. It was half of the bytes a checkpoint wrote with
+    /// `--off-cpu` (an executor's on- and off-CPU lines again, each longer
+    /// by a frame), rewritten every minute while its executor ran. Until
+    /// it is written the index lists it as last written, or not at all.
     fn lags(&self, kind: ProfileKind, draw_all: bool, table_whole: bool) -> bool {
         kind == ProfileKind::Wall
             && self.dirty
             && self.changed
-            && self.on_disk
             && !draw_all
             && !table_whole
             && !self.graph(draw_all).0
@@ -1264,8 +1264,19 @@ mod tests {
                 .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
                 .sum()
         };
-        // Written at its first checkpoint, as the files it joins.
+        let wall_listed = || {
+            index_files(dir.path())
+                .iter()
+                .any(|file| file["kind"] == "wall")
+        };
+        let wall_path = dir.path().join("processes/java-10.wall.folded");
+        // While its group changes, the on- and off-CPU files are written
+        // at every checkpoint, and the wall-clock file waits: not there,
+        // not listed.
         writer.add(drain(0, "first"));
+        writer.checkpoint(&header()).unwrap();
+        assert!(read("cpu").contains("first") && !wall_path.exists() && !wall_listed());
+        // Settled (nothing new since the last checkpoint): written.
         writer.checkpoint(&header()).unwrap();
         let first = read("wall");
         assert_eq!(
@@ -1274,15 +1285,15 @@ mod tests {
         );
         assert_eq!(listed("wall").0, 1_200);
         let first_end = listed("wall").1;
-        // Its group still changes: the on- and off-CPU files are rewritten,
-        // the wall-clock file waits, and the index lists it as it is.
+        // Its group changes again: the on- and off-CPU files are
+        // rewritten, the wall-clock file waits, listed as it is on disk.
         writer.add(drain(1, "second"));
         writer.checkpoint(&header()).unwrap();
         assert!(read("cpu").contains("second") && read("offcpu").contains("2000"));
         assert_eq!(read("wall"), first);
         assert_eq!(listed("wall"), (sum(&first), first_end.clone()));
         assert_eq!(listed("cpu").0, 4);
-        // Settled (nothing new since the last checkpoint): rewritten.
+        // Settled again: rewritten.
         writer.checkpoint(&header()).unwrap();
         let settled = read("wall");
         assert_eq!(
