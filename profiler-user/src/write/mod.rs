@@ -376,12 +376,10 @@ struct OutputFile {
     /// Samples came in since the files were last written (a checkpoint or
     /// a flush), whether this one was written then or not.
     changed: bool,
-    /// Written whole (folded and SVG) at least once: only then does the
-    /// index list it.
-    on_disk: bool,
     /// What the index says of it: its entry as it was when the file was
-    /// last written (a wall-clock file may wait while its entry moves on:
-    /// see [`OutputFile::lags`]).
+    /// last written whole (folded and SVG), `None` before that, when the
+    /// index does not list it (a wall-clock file may wait while its entry
+    /// moves on: see [`OutputFile::lags`]).
     listed: Option<index::FileEntry>,
     /// When its flame graph was last drawn, and whether its samples have
     /// changed since (a [`Writer::checkpoint`] may leave it as it was).
@@ -406,7 +404,12 @@ impl OutputFile {
             && (draw_all
                 || (!self.dirty && self.svg_drawn.is_none())
                 || age.is_some_and(|age| age >= SVG_REDRAW));
-        (draw, self.dirty && !draw && !self.on_disk)
+        (draw, self.dirty && !draw && !self.on_disk())
+    }
+
+    /// Written whole at least once: only then does the index list it.
+    fn on_disk(&self) -> bool {
+        self.listed.is_some()
     }
 
     /// Whether a checkpoint leaves this file as it is on disk (or not
@@ -675,7 +678,6 @@ impl Writer {
                     stacks: crate::FastMap::default(),
                     dirty: true,
                     changed: true,
-                    on_disk: false,
                     listed: None,
                     svg_drawn: None,
                     svg_stale: false,
@@ -861,7 +863,6 @@ impl Writer {
             match result {
                 Ok(()) => {
                     file.dirty = false;
-                    file.on_disk = true;
                     file.listed = Some(file.entry.clone());
                     if draw {
                         file.svg_drawn = Some(Instant::now());
@@ -900,7 +901,7 @@ impl Writer {
         // names it (when, see above).
         let mut table = table::SamplesTable::default();
         for (key, file) in &self.files {
-            if table_whole && !hidden.contains(key) && file.on_disk {
+            if table_whole && !hidden.contains(key) && file.on_disk() {
                 let labels = labels::FileLabels::of_entry(
                     &header.host,
                     header.sample_period_ns(),
