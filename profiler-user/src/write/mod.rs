@@ -738,10 +738,10 @@ impl Writer {
     /// (unchanged since it was last written, as a stage's file once the
     /// stage ended) or whose graph is [`SVG_REDRAW`] old, the samples table
     /// at most every [`SVG_REDRAW`], and a wall-clock file as
-    /// [`OutputFile::lags`] says. A file written for the first time while it still
-    /// changes gets a stand-in page that says its graph is to come, and a
-    /// twin with no samples that says so (the index lists both with the
-    /// file). Drawing was most of what a rewrite cost (over a Spark job
+    /// [`OutputFile::lags`] says. A file written for the first time while
+    /// it still changes gets a stand-in page that says its graph is to
+    /// come, and a twin with no samples that says so (the index lists both
+    /// with the file). Drawing was most of what a rewrite cost (over a Spark job
     /// with a flush every 10 s, the SVGs were 30 % of sparkprof's CPU and
     /// the whole flush 55 %); drawing each new file at its first checkpoint
     /// drew a Spark job's files twice, the second time at the end, and was
@@ -779,8 +779,9 @@ impl Writer {
         // lines, like the files they are drawn from. Made text a line at a
         // time and sorted as text, they were a fifth of what the checkpoint
         // within a testbed job cost with `--off-cpu` (`perf record`); as
-        // numbers, a checkpoint of three JVMs' files (177 MB written, a
-        // unit test timed once) took 290 ms instead of 420.
+        // numbers, a checkpoint of three synthetic JVMs' files (177 MB
+        // written; timed once, with a harness not kept) took 290 ms
+        // instead of 420.
         let on_cpu = self.pieces.number(ON_CPU_FRAME);
         let mut walls: HashMap<(ProfileKind, Group), Vec<(lines::Line, u64)>> = HashMap::new();
         for (key, file) in &self.files {
