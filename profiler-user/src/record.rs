@@ -185,6 +185,17 @@ impl Pipeline {
     /// One drain through every stage.
     pub(crate) fn step(&mut self) {
         let since = process_cpu();
+        // Off-CPU counts are held for a few drains (`collect::hold`); a
+        // process must not be reported exited, and its caches freed, while
+        // some of its counts are still held.
+        self.enricher.poll_exits();
+        if self
+            .collector
+            .off_cpu_watched()
+            .any(|pid| self.enricher.may_report_exited(pid))
+        {
+            self.collector.release_off_cpu();
+        }
         let drain = self.collector.drain();
         self.cpu.add_since(Stage::Collect, since);
         match drain {
@@ -263,6 +274,13 @@ impl Pipeline {
         self.cpu.count_drain();
     }
 
+    /// One drain through every stage that takes in everything counted so
+    /// far (no off-CPU count held for later): the last of a daemon window.
+    pub(crate) fn step_whole(&mut self) {
+        self.collector.release_off_cpu();
+        self.step();
+    }
+
     /// Stops sampling and takes in everything still in the kernel.
     pub(crate) fn finish(&mut self) {
         self.runtimes.stopping();
@@ -273,7 +291,9 @@ impl Pipeline {
             Ok(drain) => self.process(drain),
             Err(err) => {
                 warn!("stopping the sampler failed ({err}); draining what is there");
+                self.collector.release_off_cpu();
                 self.step();
+                self.collector.release_off_cpu();
                 self.step();
             }
         }

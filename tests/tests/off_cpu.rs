@@ -8,6 +8,7 @@ use std::{
     io::{BufRead, BufReader},
     path::Path,
     process::{Command, Stdio},
+    time::Duration,
 };
 
 use sparkprof_tests::{
@@ -28,6 +29,12 @@ fn off_cpu_stacks(recording: &Recording, pid: u32) -> Vec<Stack> {
     );
     for entry in &files {
         assert_eq!(entry["unit"], "microseconds");
+        // Counted while the process was known: filed with its identity, not
+        // as a process that had exited unseen.
+        assert!(
+            !entry["process"].as_str().unwrap().contains("[exited]"),
+            "{entry}"
+        );
         assert!(
             entry["path"].as_str().unwrap().ends_with(".offcpu.folded"),
             "{entry}"
@@ -61,7 +68,20 @@ fn has_frame(stack: &Stack, part: &str) -> bool {
 #[case::threads_created_while_recording(Threads::CreatedWhileRecording)]
 #[case::threads_there_before_recording(Threads::ThereBefore)]
 fn blocked_time_where_threads_wait(#[case] threads: Threads) {
-    blocked_time_of_known_waits(Host::AsIs, threads);
+    blocked_time_of_known_waits(Host::AsIs, threads, Duration::ZERO);
+}
+
+/// The process exits seconds before the recording stops: a drain, not the
+/// last one, reports it exited, and the off-CPU time held for it until
+/// then (see profiler-user's `collect::hold`) comes with that drain, named
+/// while its process was still known.
+#[test]
+fn blocked_time_of_a_process_that_exited_while_recording() {
+    blocked_time_of_known_waits(
+        Host::AsIs,
+        Threads::CreatedWhileRecording,
+        Duration::from_secs(3),
+    );
 }
 
 /// The same on a bare host (a fresh machine, a container): no tracefs or
@@ -70,7 +90,7 @@ fn blocked_time_where_threads_wait(#[case] threads: Threads) {
 #[test]
 fn blocked_time_on_a_bare_host() {
     let before = pseudo_fs_mounts(std::process::id());
-    blocked_time_of_known_waits(Host::Bare, Threads::CreatedWhileRecording);
+    blocked_time_of_known_waits(Host::Bare, Threads::CreatedWhileRecording, Duration::ZERO);
     assert_eq!(pseudo_fs_mounts(std::process::id()), before);
 }
 
@@ -83,8 +103,9 @@ enum Threads {
 
 /// Records the `offcpu wait` workload with `--off-cpu` on `host` and checks
 /// its on-CPU samples, its off-CPU time against the workload's own
-/// measurement, where each thread waits, and the wall-clock view.
-fn blocked_time_of_known_waits(host: Host, threads: Threads) {
+/// measurement, where each thread waits, and the wall-clock view. The
+/// recording goes on for `after_exit` once the workload has exited.
+fn blocked_time_of_known_waits(host: Host, threads: Threads, after_exit: Duration) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let binary = build_workload("offcpu", dir.path());
@@ -105,6 +126,7 @@ fn blocked_time_of_known_waits(host: Host, threads: Threads) {
     );
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     let output = workload.wait();
+    std::thread::sleep(after_exit);
     let recording = recorder.stop_with(libc::SIGINT);
     recording.assert_ok();
     // Every program attached: nothing about tracepoints or tracefs.

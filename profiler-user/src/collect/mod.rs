@@ -9,6 +9,7 @@
 pub mod batch;
 pub mod bounded;
 pub mod btf;
+pub mod hold;
 pub mod hotspot;
 pub mod object;
 pub mod off_cpu;
@@ -169,6 +170,12 @@ pub struct RawSample {
 pub struct Drain {
     pub start: SystemTime,
     pub end: SystemTime,
+    /// Where the span of the drain's off-CPU samples begins: `start`, or
+    /// earlier when they were held over several drains ([`hold`]).
+    pub off_cpu_start: SystemTime,
+    /// Off-CPU counts taken from the kernel since then are held: they come
+    /// with a later drain, carrying the name epochs their threads had.
+    pub held_since: Option<SystemTime>,
     pub samples: Vec<RawSample>,
     /// Thread renames announced up to the end of this drain, in order: every
     /// name epoch that `samples` carry is among these or earlier ones
@@ -246,6 +253,9 @@ pub struct Collector {
     stats: PerCpuArray<MapData, u64>,
     renames: RenameFeed,
     off_cpu: Option<OffCpuRecorder>,
+    /// The next drain hands on the off-CPU counts held
+    /// ([`Self::release_off_cpu`]).
+    release_off_cpu: bool,
     python: PythonMaps,
     hotspot: HotspotMaps,
 }
@@ -414,14 +424,15 @@ impl Collector {
         }
         let python = PythonMaps::take(&mut ebpf)?;
         let hotspot = HotspotMaps::load(&mut ebpf)?;
-        let off_cpu = match &off_cpu_globals {
-            Some(globals) => Some(OffCpuRecorder::load(
+        let off_cpu = match (&off_cpu_globals, &config.off_cpu) {
+            (Some(globals), Some(off_cpu)) => Some(OffCpuRecorder::load(
                 &mut ebpf,
                 globals,
                 config.stack_depth,
                 btf.as_ref(),
+                hold::OffCpuHold::new(hold::HOLD, off_cpu.count_map_entries as usize),
             )?),
-            None => None,
+            _ => None,
         };
 
         let program_error = |source| CollectError::Program {
@@ -456,6 +467,7 @@ impl Collector {
             stats,
             renames,
             off_cpu,
+            release_off_cpu: false,
             python,
             hotspot,
         })
@@ -609,8 +621,22 @@ impl Collector {
         )
     }
 
+    /// The processes whose off-CPU time is recorded (none without
+    /// `--off-cpu`).
+    pub fn off_cpu_watched(&self) -> impl Iterator<Item = u32> + '_ {
+        self.off_cpu.iter().flat_map(OffCpuRecorder::watched)
+    }
+
+    /// Has the next drain hand on every off-CPU count held (see [`hold`]):
+    /// before a drain whose processes may be reported exited, or that must
+    /// hold everything counted so far.
+    pub fn release_off_cpu(&mut self) {
+        self.release_off_cpu = true;
+    }
+
     /// Switches the sampler to the other buffer and returns everything that
-    /// was counted in the one it used, then clears that one for reuse.
+    /// was counted in the one it used, then clears that one for reuse
+    /// (off-CPU counts may be held for later drains: [`hold`]).
     pub fn drain(&mut self) -> Result<Drain, CollectError> {
         if let Some(logger) = self.logger.as_mut() {
             logger.flush();
@@ -619,7 +645,8 @@ impl Collector {
         let next = 1 - self.active;
         self.set_active_buffer(next)?;
         self.active = next;
-        self.take(idle)
+        let release = std::mem::take(&mut self.release_off_cpu);
+        self.take(idle, release)
     }
 
     /// Points the programs at another buffer (or stops them), and waits
@@ -630,8 +657,9 @@ impl Collector {
         Ok(())
     }
 
-    /// Reads and clears a buffer no program writes to any more.
-    fn take(&mut self, idle: usize) -> Result<Drain, CollectError> {
+    /// Reads and clears a buffer no program writes to any more; `release`:
+    /// with every off-CPU count held.
+    fn take(&mut self, idle: usize, release: bool) -> Result<Drain, CollectError> {
         let start = std::mem::replace(&mut self.buffer_started, SystemTime::now());
         let end = SystemTime::now();
         // After the flip: every epoch in the idle buffer is announced by now.
@@ -676,8 +704,14 @@ impl Collector {
                 count: *count,
             });
         }
+        let mut off_cpu_start = start;
+        let mut held_since = None;
         if let Some(off_cpu) = self.off_cpu.as_mut() {
-            samples.extend(off_cpu.drain(idle));
+            if let Some((since, off_cpu_samples)) = off_cpu.drain(idle, (start, end), release) {
+                off_cpu_start = since;
+                samples.extend(off_cpu_samples);
+            }
+            held_since = off_cpu.held_since();
         }
 
         // The stacks read above are deleted by id. Listing the map costs a
@@ -704,6 +738,8 @@ impl Collector {
         Ok(Drain {
             start,
             end,
+            off_cpu_start,
+            held_since,
             samples,
             renames,
         })
@@ -718,7 +754,7 @@ impl Collector {
     /// recording drops its collector only after its files are written.
     pub fn finish(&mut self) -> Result<Drain, CollectError> {
         self.set_active_buffer(BUFFER_STOPPED)?;
-        self.take(self.active as usize)
+        self.take(self.active as usize, true)
     }
 
     fn stack(&self, buffer: usize, id: i32, cache: &mut StdHashMap<i32, RawStack>) -> RawStack {

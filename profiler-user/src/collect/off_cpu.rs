@@ -17,7 +17,7 @@
 
 use std::{
     collections::HashMap as StdHashMap,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use aya::{
@@ -33,7 +33,7 @@ use tracing::{debug, warn};
 
 use super::{
     CollectError, RawPythonStack, RawSample, RawStack, SampleKind, bounded::TwoGenerations,
-    comm_to_string, take_map,
+    comm_to_string, hold::OffCpuHold, take_map,
 };
 
 /// What the off-CPU recorder counts.
@@ -184,6 +184,8 @@ pub struct OffCpuRecorder {
     kernel_stack_cache: TwoGenerations<RawStack>,
     python_stack_cache: TwoGenerations<Option<RawPythonStack>>,
     stack_depth: usize,
+    /// Counts taken from the kernel, held for a few drains.
+    hold: OffCpuHold,
 }
 
 impl OffCpuRecorder {
@@ -197,6 +199,7 @@ impl OffCpuRecorder {
         globals: &OffCpuGlobals,
         stack_depth: u32,
         btf: Result<&Btf, &String>,
+        hold: OffCpuHold,
     ) -> Result<Self, CollectError> {
         let btf = btf.map_err(|err| {
             CollectError::OffCpuUnavailable(format!(
@@ -258,6 +261,7 @@ impl OffCpuRecorder {
                 STACK_CACHE_AGE,
             ),
             stack_depth: stack_depth as usize,
+            hold,
         })
     }
 
@@ -334,8 +338,19 @@ impl OffCpuRecorder {
         }
     }
 
+    /// The processes whose off-CPU time is recorded.
+    pub fn watched(&self) -> impl Iterator<Item = u32> + '_ {
+        self.watched.values().copied()
+    }
+
+    /// Where the counts held and not yet handed on begin, if any are.
+    pub fn held_since(&self) -> Option<SystemTime> {
+        self.hold.since()
+    }
+
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("collect.off_cpu_watched", self.watched.len());
+        held.add("collect.off_cpu_held", self.hold.len());
         held.add("collect.off_cpu_user_stacks", self.stack_cache.len());
         held.add(
             "collect.off_cpu_kernel_stacks",
@@ -384,14 +399,28 @@ impl OffCpuRecorder {
         }
     }
 
-    /// Takes what the idle buffer counted and clears it.
-    pub fn drain(&mut self, idle: usize) -> Vec<RawSample> {
+    /// Takes what the idle buffer counted (the buffer began at `start`
+    /// and ended at `end`) and clears it; what it counted is held
+    /// ([`super::hold`]). Everything held is handed on when it is due, or
+    /// at once if `release`: the samples, with the start of the span they
+    /// cover. `None`: held on.
+    pub fn drain(
+        &mut self,
+        idle: usize,
+        (start, end): (SystemTime, SystemTime),
+        release: bool,
+    ) -> Option<(SystemTime, Vec<RawSample>)> {
         self.take_new_stacks();
         let entries = super::batch::take_all(&mut self.counts[idle], &mut self.count_buffers)
             .unwrap_or_else(|err| {
                 debug!("off-CPU counts: {err}");
                 Vec::new()
             });
+        self.hold.add(start, entries);
+        if !release && !self.hold.due(end) {
+            return None;
+        }
+        let (since, entries) = self.hold.take()?;
         let mut samples = Vec::with_capacity(entries.len());
         for (key, nanos) in &entries {
             let user = self.user_stack(key.user_stack);
@@ -410,7 +439,7 @@ impl OffCpuRecorder {
             });
         }
         samples.retain(|sample| sample.count > 0);
-        samples
+        Some((since, samples))
     }
 
     /// A user stack by the hash the program filed it under (`0`: none).

@@ -366,7 +366,14 @@ pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
     loop {
         tokio::select! {
             _ = drain_tick.tick() => {
-                session.pipeline.step();
+                // The drain that closes a window holds everything counted
+                // in it.
+                let closes = tokio::time::Instant::now() >= window_end;
+                if closes {
+                    session.pipeline.step_whole();
+                } else {
+                    session.pipeline.step();
+                }
                 if let Some(events) = session.pipeline.events.as_mut() {
                     let ProcessEvents { started, exited } = std::mem::take(events);
                     for process in &started {
@@ -379,7 +386,7 @@ pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
                 if let Err(err) = state.update(host_changes(&session)) {
                     warn!("cannot update the daemon's state file: {err}");
                 }
-                if tokio::time::Instant::now() >= window_end {
+                if closes {
                     window_end += options.window;
                     daemon.close_window(&mut session, false);
                 }

@@ -138,6 +138,9 @@ pub struct EnrichedSample {
 pub struct EnrichedDrain {
     pub start: std::time::SystemTime,
     pub end: std::time::SystemTime,
+    /// Where the span of its off-CPU samples begins (see
+    /// [`Drain::off_cpu_start`]).
+    pub off_cpu_start: std::time::SystemTime,
     pub samples: Vec<EnrichedSample>,
     /// Processes that exited (or whose PID was reused) since the last drain.
     pub exited: Vec<Arc<ProcessInfo>>,
@@ -180,6 +183,9 @@ pub struct Enricher {
     gone: HashMap<u32, Arc<ProcessInfo>>,
     /// The kernel's word on which of `processes` exited.
     exits: Exits,
+    /// Its word asked before the drain was taken ([`Self::poll_exits`]),
+    /// for the drain's [`Self::enrich`] (`Some(None)`: the poll failed).
+    polled_exits: Option<Option<HashSet<u32>>>,
     /// The executable of each plain native process of `processes`, as
     /// identified: one that execs another program (a launcher script's
     /// `exec java ...`, as `spark-submit` and YARN's `launch_container.sh`
@@ -393,6 +399,26 @@ impl Enricher {
     /// Names the threads of a drain and tags Spark tasks, with the thread
     /// dumps runtimes took for this drain. Call after [`Self::discover`] for
     /// the same drain.
+    /// Asks the kernel which processes exited, before a drain is taken:
+    /// the next [`Self::enrich`] reports those (and any it then finds gone
+    /// in /proc), none that exits after this, so what is held for a
+    /// process can be handed on with the drain that reports it exited (see
+    /// [`Self::may_report_exited`]).
+    pub fn poll_exits(&mut self) {
+        self.polled_exits = Some(self.exits.exited());
+    }
+
+    /// Whether the next [`Self::enrich`] may report `pid` exited: the
+    /// last [`Self::poll_exits`] found it exited (or failed), or its exit
+    /// is not watched and /proc decides then.
+    pub fn may_report_exited(&self, pid: u32) -> bool {
+        !self.exits.watches(pid)
+            || match &self.polled_exits {
+                Some(Some(exited)) => exited.contains(&pid),
+                Some(None) | None => true,
+            }
+    }
+
     pub fn enrich(&mut self, drain: Drain, mut dumps: Vec<ThreadDump>) -> EnrichedDrain {
         self.names.apply(&drain.renames);
         // A dumped name tied to its epoch (no rename during the dump) names
@@ -437,12 +463,18 @@ impl Enricher {
             self.names
                 .apply_dump(dump.pid, &dump.threads, dump.window());
         }
-        self.names.prune(drain.end);
+        // Off-CPU counts still held name their threads as they were named
+        // from `held_since` on.
+        self.names.prune(
+            drain
+                .held_since
+                .map_or(drain.end, |held| held.min(drain.end)),
+        );
 
         // Forget processes that are gone or whose PID now names another process.
         let mut exited: Vec<Arc<ProcessInfo>> = self.gone.drain().map(|(_, info)| info).collect();
         let exits = &self.exits;
-        let exited_now = exits.exited();
+        let exited_now = self.polled_exits.take().unwrap_or_else(|| exits.exited());
         self.processes.retain(|pid, info| {
             let alive = match &exited_now {
                 Some(exited_now) if exits.watches(*pid) => !exited_now.contains(pid),
@@ -464,6 +496,7 @@ impl Enricher {
         EnrichedDrain {
             start: drain.start,
             end: drain.end,
+            off_cpu_start: drain.off_cpu_start,
             samples,
             exited,
         }

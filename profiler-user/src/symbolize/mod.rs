@@ -83,6 +83,9 @@ pub struct SymbolizedSample {
 pub struct SymbolizedDrain {
     pub start: std::time::SystemTime,
     pub end: std::time::SystemTime,
+    /// Where the span of its off-CPU samples begins (see
+    /// [`crate::collect::Drain::off_cpu_start`]).
+    pub off_cpu_start: std::time::SystemTime,
     pub samples: Vec<SymbolizedSample>,
     /// Processes that exited since the last drain (see
     /// [`EnrichedDrain::exited`]).
@@ -282,6 +285,7 @@ impl Symbolizer {
         SymbolizedDrain {
             start: drain.start,
             end: drain.end,
+            off_cpu_start: drain.off_cpu_start,
             samples,
             exited: drain.exited,
         }
@@ -604,6 +608,7 @@ mod tests {
         let now = std::time::SystemTime::now();
         let drain = EnrichedDrain {
             start: now,
+            off_cpu_start: now,
             end: now,
             samples: vec![
                 sample(&process, 1, sleep, &wait),
@@ -682,6 +687,7 @@ mod tests {
         let now = std::time::SystemTime::now();
         let drain = EnrichedDrain {
             start: now,
+            off_cpu_start: now,
             end: now,
             samples: vec![
                 sample(&process, 1, on_cpu, &[0x1000, 0x2001, 0x3001]),

@@ -555,10 +555,16 @@ impl Writer {
     /// Adds a drain's samples to their files, and settles which processes
     /// are short-lived.
     pub fn add(&mut self, drain: SymbolizedDrain) {
-        self.start = Some(self.start.map_or(drain.start, |s| s.min(drain.start)));
+        let first = drain.start.min(drain.off_cpu_start);
+        self.start = Some(self.start.map_or(first, |s| s.min(first)));
         self.end = Some(self.end.map_or(drain.end, |e| e.max(drain.end)));
         for sample in drain.samples {
-            let group = self.add_sample(&sample, (drain.start, drain.end));
+            // Off-CPU samples may have been held over several drains.
+            let start = match sample.kind {
+                SampleKind::OnCpu => drain.start,
+                SampleKind::OffCpu(_) => drain.off_cpu_start,
+            };
+            let group = self.add_sample(&sample, (start, drain.end));
             if let Group::Process { pid, start_ticks } = group {
                 self.saw_process(&sample.process, (pid, start_ticks), drain.start);
             }
@@ -1081,6 +1087,7 @@ mod tests {
         let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let drain = |at: u64, leaf: &str| SymbolizedDrain {
             start: start + Duration::from_secs(at),
+            off_cpu_start: start + Duration::from_secs(at),
             end: start + Duration::from_secs(at + 1),
             samples: vec![sample(10, SampleKind::OnCpu, leaf, 3)],
             exited: Vec::new(),
@@ -1183,6 +1190,7 @@ mod tests {
         let sleep = SampleKind::OffCpu(OffCpuState::Sleep);
         writer.add(SymbolizedDrain {
             start,
+            off_cpu_start: start,
             end: start + Duration::from_secs(1),
             samples: vec![
                 sample(10, SampleKind::OnCpu, "spin", 3),
@@ -1241,6 +1249,7 @@ mod tests {
         let sleep = SampleKind::OffCpu(OffCpuState::Sleep);
         let drain = |at: u64, leaf: &str| SymbolizedDrain {
             start: start + Duration::from_secs(at),
+            off_cpu_start: start + Duration::from_secs(at),
             end: start + Duration::from_secs(at + 1),
             samples: vec![
                 sample(10, SampleKind::OnCpu, leaf, 2),
@@ -1385,6 +1394,7 @@ mod tests {
         samples.push(on_cpu(&daemon, "serve", 5));
         writer.add(SymbolizedDrain {
             start: drain_start,
+            off_cpu_start: drain_start,
             end: now,
             samples,
             exited: blinks.to_vec(),
@@ -1425,6 +1435,7 @@ mod tests {
         let soon_gone = process(301, "server", Some(start + Duration::from_millis(200)));
         writer.add(SymbolizedDrain {
             start,
+            off_cpu_start: start,
             end: start + Duration::from_secs(1),
             samples: vec![on_cpu(&young, "boot", 1), on_cpu(&soon_gone, "boot", 1)],
             exited: Vec::new(),
@@ -1436,6 +1447,7 @@ mod tests {
         // One is still there 1.5 s after it started; the other is gone.
         writer.add(SymbolizedDrain {
             start: start + Duration::from_secs(1),
+            off_cpu_start: start + Duration::from_secs(1),
             end: start + Duration::from_secs(2),
             samples: vec![on_cpu(&young, "serve", 3)],
             exited: vec![soon_gone.clone()],
@@ -1465,6 +1477,7 @@ mod tests {
         let last = process(302, "server", Some(start + Duration::from_millis(2_800)));
         writer.add(SymbolizedDrain {
             start: start + Duration::from_secs(2),
+            off_cpu_start: start + Duration::from_secs(2),
             end: start + Duration::from_secs(3),
             samples: vec![on_cpu(&last, "boot", 1)],
             exited: Vec::new(),
