@@ -274,11 +274,15 @@ impl Pipeline {
         self.cpu.count_drain();
     }
 
-    /// One drain through every stage that takes in everything counted so
-    /// far (no off-CPU count held for later): the last of a daemon window.
-    pub(crate) fn step_whole(&mut self) {
-        self.collector.release_off_cpu();
-        self.step();
+    /// If off-CPU counts are held for later drains (`collect::hold`), one
+    /// more drain through every stage that takes them in: after it,
+    /// everything counted so far has been handed on (a daemon window's
+    /// last drain).
+    pub(crate) fn step_if_held(&mut self) {
+        if self.collector.off_cpu_held() {
+            self.collector.release_off_cpu();
+            self.step();
+        }
     }
 
     /// Stops sampling and takes in everything still in the kernel.

@@ -1,4 +1,5 @@
-//! `sparkprof daemon`: windows that count every sample once, the roll-up
+//! `sparkprof daemon`: windows that count every sample (and off-CPU
+//! microsecond) once, the roll-up
 //! of a (stand-in) Spark application and its completion, retention by
 //! size and age, a SIGKILL and a restart, bad directories, and the
 //! systemd unit verified by systemd's own `systemd-analyze verify`.
@@ -246,6 +247,99 @@ fn windows_count_every_sample_once() {
     );
     // The state file goes with a clean stop.
     assert!(!state.join("state.json").exists());
+}
+
+/// Off-CPU time is held for a few drains before it is filed (see
+/// profiler-user's `collect::hold`), longer than these 2-s windows: the
+/// drain that closes a window must still bring everything counted in it.
+/// A thread that sleeps a known time, in windows that each hold a part of
+/// it, adds up to what it measured itself.
+#[test]
+fn windows_count_off_cpu_time_once() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("out");
+    let state = work.path().join("state");
+    let binary = build_workload("offcpu", work.path());
+    // Its threads exist and wait for SIGUSR1 before they start their 4 s.
+    let workload = Workload::start(&binary, &["wait", "4", "go-on-signal"]);
+    let pid = workload.pid();
+    let pid_arg = pid.to_string();
+    let daemon = Daemon::start(
+        &dir,
+        &state,
+        &[
+            "--window",
+            "2",
+            "--off-cpu",
+            "--min-block-us",
+            "50",
+            "--pid",
+            &pid_arg,
+        ],
+    );
+    wait_for("the daemon's first window", Duration::from_secs(30), || {
+        !windows(&dir).is_empty()
+    });
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    let output = workload.wait();
+    std::thread::sleep(Duration::from_secs(3));
+    daemon.signal(libc::SIGTERM);
+    let (ok, log) = daemon.wait();
+    assert!(ok, "the daemon failed:\n{log}");
+    let slept_us: u64 = output
+        .lines()
+        .find_map(|l| l.strip_prefix("slept_us "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no truth printed: {output:?}"));
+    // The sleeper's sleeps in its loop, window by window.
+    let per_window: Vec<u64> = windows(&dir)
+        .iter()
+        .map(|window| {
+            index(window)["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["pid"].as_u64() == Some(u64::from(pid)) && f["kind"] == "offcpu")
+                .flat_map(|f| {
+                    let path = window.join(f["path"].as_str().unwrap());
+                    parse_folded(&std::fs::read_to_string(path).unwrap())
+                })
+                .filter(|s| {
+                    s.frames[1] == "sleeper"
+                        && s.frames.last().is_some_and(|l| l == "[off-cpu: sleep]")
+                        && s.frames
+                            .iter()
+                            .any(|f| f.contains("sparkprof_sleeper_loop"))
+                })
+                .map(|s| s.count)
+                .sum()
+        })
+        .collect();
+    let total: u64 = per_window.iter().sum();
+    assert!(
+        per_window.iter().filter(|&&us| us > 0).count() >= 2,
+        "the sleeps span windows: {per_window:?}"
+    );
+    // Each in its own window: a window's span (its index's start and end,
+    // which cover its samples) begins where the one before ended; time held
+    // over into a later window would stretch that window's start back.
+    let spans: Vec<(String, String)> = windows(&dir)
+        .iter()
+        .map(|window| {
+            let index = index(window);
+            let at = |key: &str| index[key].as_str().unwrap().to_owned();
+            (at("start"), at("end"))
+        })
+        .collect();
+    for pair in spans.windows(2) {
+        // RFC 3339 UTC times of one precision order as their texts.
+        assert!(pair[1].0 >= pair[0].1, "windows overlap: {spans:?}");
+    }
+    assert!(
+        (total as f64 - slept_us as f64).abs() <= 0.10 * slept_us as f64,
+        "{total} us asleep over windows {per_window:?}, {slept_us} us true:\n{log}"
+    );
+    assert_no_partial_window(&dir, "");
 }
 
 #[test]

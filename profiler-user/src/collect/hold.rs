@@ -10,11 +10,11 @@
 //! is one entry, its time summed, tagged, named and filed once.
 //!
 //! What is held must not outlive what names it. The caller releases it
-//! ([`super::Collector::release_off_cpu`]) before a drain that reports a
-//! process exited (whose caches go with the report), before the drain
-//! that closes a daemon window (whose samples are all in it), and at the
-//! end; and the thread-name history keeps every name from the start of
-//! what is held ([`super::Drain::held_since`]).
+//! ([`super::Collector::release_off_cpu`]) for a drain that may report a
+//! process exited (whose caches go with the report), in one more drain
+//! when a daemon window closes (every sample counted in it is in it), and
+//! at the end; and the thread-name history keeps every name from the
+//! start of what is held ([`super::Drain::held_since`]).
 
 use std::time::{Duration, SystemTime};
 

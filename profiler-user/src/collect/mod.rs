@@ -627,6 +627,13 @@ impl Collector {
         self.off_cpu.iter().flat_map(OffCpuRecorder::watched)
     }
 
+    /// Whether off-CPU counts are held for a later drain.
+    pub fn off_cpu_held(&self) -> bool {
+        self.off_cpu
+            .as_ref()
+            .is_some_and(|off_cpu| off_cpu.held_since().is_some())
+    }
+
     /// Has the next drain hand on every off-CPU count held (see [`hold`]):
     /// before a drain whose processes may be reported exited, or that must
     /// hold everything counted so far.

@@ -366,13 +366,12 @@ pub async fn run(options: DaemonOptions) -> Result<DaemonSummary, DaemonError> {
     loop {
         tokio::select! {
             _ = drain_tick.tick() => {
-                // The drain that closes a window holds everything counted
-                // in it.
+                session.pipeline.step();
                 let closes = tokio::time::Instant::now() >= window_end;
                 if closes {
-                    session.pipeline.step_whole();
-                } else {
-                    session.pipeline.step();
+                    // The window's last drain brings everything counted in
+                    // it: off-CPU counts held for later drains too.
+                    session.pipeline.step_if_held();
                 }
                 if let Some(events) = session.pipeline.events.as_mut() {
                     let ProcessEvents { started, exited } = std::mem::take(events);
