@@ -396,9 +396,6 @@ impl Enricher {
         }
     }
 
-    /// Names the threads of a drain and tags Spark tasks, with the thread
-    /// dumps runtimes took for this drain. Call after [`Self::discover`] for
-    /// the same drain.
     /// Asks the kernel which processes exited, before a drain is taken:
     /// the next [`Self::enrich`] reports those (and any it then finds gone
     /// in /proc), none that exits after this, so what is held for a
@@ -419,6 +416,9 @@ impl Enricher {
             }
     }
 
+    /// Names the threads of a drain and tags Spark tasks, with the thread
+    /// dumps runtimes took for this drain. Call after [`Self::discover`] for
+    /// the same drain.
     pub fn enrich(&mut self, drain: Drain, mut dumps: Vec<ThreadDump>) -> EnrichedDrain {
         self.names.apply(&drain.renames);
         // A dumped name tied to its epoch (no rename during the dump) names
