@@ -278,6 +278,10 @@ fn sum(samples: impl Iterator<Item = u64>) -> u64 {
     samples.sum()
 }
 
+/// Everything the programs counted since the last drain: off-CPU counts
+/// too, which a recording holds for a few drains (profiler-user's
+/// `collect::hold`; these tests are about the kernel's counts).
 fn drain(collector: &mut Collector) -> Result<Drain, String> {
+    collector.release_off_cpu();
     collector.drain().map_err(|err| format!("drain: {err}"))
 }
