@@ -244,15 +244,27 @@ fn reads_and_walks_a_live_jvm(
     let pid = jvm.pid();
     let threads = ThreadLayout::from_tables(&tables).expect("the threads' layout");
     let lines = LineLayout::from_tables(&memory, &tables).expect("the line tables' layout");
-    let tid = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .find(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|comm| comm.trim() == "chain-sleeper")
-        })
-        .and_then(|task| task.file_name().to_str()?.parse::<u32>().ok())
-        .expect("the chain-sleeper thread");
+    // The new thread names itself once it runs, which can be after `start`
+    // has returned and `ready` is printed (seen with JDK 25 on a busy host).
+    let named_at = Instant::now();
+    let tid = loop {
+        let found = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .find(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim() == "chain-sleeper")
+            })
+            .and_then(|task| task.file_name().to_str()?.parse::<u32>().ok());
+        if let Some(tid) = found {
+            break tid;
+        }
+        assert!(
+            named_at.elapsed() < Duration::from_secs(10),
+            "no chain-sleeper thread after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let started = Instant::now();
     let names = loop {
         let cache = CodeCache::read(&memory, &layout).unwrap();
