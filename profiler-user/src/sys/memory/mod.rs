@@ -3,9 +3,13 @@
 //! code objects, HotSpot's `Method`s). Everything read is treated as
 //! hostile: a read of memory that is not there fails, nothing panics.
 
+mod pool;
+
 use std::{io, mem::MaybeUninit};
 
 use thiserror::Error;
+
+use pool::{CHUNK, Chunk, Pool};
 
 /// Why a read failed.
 #[derive(Debug, Error)]
@@ -135,27 +139,39 @@ impl Memory {
 
     /// Reads whole blocks of `len` bytes, one at each of `blocks` (at most
     /// [`MAX_BLOCKS_PER_CALL`]), into consecutive `len`-byte pieces of
-    /// `buf`, in one system call. Returns how many blocks, from the first,
-    /// were read whole: the kernel stops at the first it cannot read.
-    /// `buf` need not be initialised (zeroing what the kernel overwrites
-    /// was a twentieth of sparkprof's CPU on a Spark host): the bytes of
-    /// the blocks read are.
+    /// `room`, in one system call: `room` is one buffer or several, filled
+    /// in order, each a whole number of blocks long, together at least as
+    /// long as the blocks. Returns how many blocks, from the first, were
+    /// read whole: the kernel stops at the first it cannot read. The room
+    /// need not be initialised (zeroing what the kernel overwrites was a
+    /// twentieth of sparkprof's CPU on a Spark host): the bytes of the
+    /// blocks read are.
     fn read_blocks(
         &self,
         blocks: &[u64],
         len: usize,
-        buf: &mut [MaybeUninit<u8>],
+        room: &mut [&mut [MaybeUninit<u8>]],
     ) -> Result<usize, MemoryError> {
         debug_assert!(blocks.len() <= MAX_BLOCKS_PER_CALL);
-        let buf = &mut buf[..blocks.len() * len];
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
+        debug_assert!(room.iter().all(|piece| piece.len() % len == 0));
+        let mut wanted = blocks.len() * len;
+        let mut local: Vec<libc::iovec> = Vec::with_capacity(room.len());
+        for piece in room.iter_mut() {
+            if wanted == 0 {
+                break;
+            }
+            let take = piece.len().min(wanted);
+            local.push(libc::iovec {
+                iov_base: piece.as_mut_ptr().cast(),
+                iov_len: take,
+            });
+            wanted -= take;
+        }
+        assert_eq!(wanted, 0, "room for {} blocks", blocks.len());
         // Blocks that follow one another in the process are one range: the
         // kernel pins a range's pages in one go, where it took a page-table
         // walk for each block (a drain's blocks of one method's metadata
-        // often lie side by side). The bytes land in `buf` as before, and
+        // often lie side by side). The bytes land in `room` as before, and
         // a short read still ends at the first block it could not read.
         let mut remote: Vec<libc::iovec> = Vec::with_capacity(blocks.len());
         for &block in blocks {
@@ -169,15 +185,15 @@ impl Memory {
                 }),
             }
         }
-        // SAFETY: `local` describes `buf`, valid and writable (if not
-        // initialised) for its whole length for the duration of the call,
-        // which is the sum of the remote lengths; `remote` is only
+        // SAFETY: `local` describes pieces of `room`, valid and writable
+        // (if not initialised) for their lengths for the duration of the
+        // call, which sum to the remote lengths' sum; `remote` is only
         // dereferenced by the kernel, in the target's address space.
         let read = unsafe {
             libc::process_vm_readv(
                 self.pid as libc::pid_t,
-                &local,
-                1,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
                 remote.as_ptr(),
                 remote.len() as libc::c_ulong,
                 0,
@@ -208,7 +224,8 @@ impl Memory {
         in_batches(&wanted, |offset, batch| {
             buf.clear();
             buf.reserve(batch.len() * len);
-            let read = self.read_blocks(batch, len, buf.spare_capacity_mut())?;
+            let room = &mut buf.spare_capacity_mut()[..batch.len() * len];
+            let read = self.read_blocks(batch, len, &mut [room])?;
             // SAFETY: the kernel wrote the first `read` blocks whole.
             unsafe { buf.set_len(read * len) };
             for (index, bytes) in buf.chunks_exact(len).enumerate() {
@@ -292,7 +309,7 @@ const BLOCK: u64 = 1024;
 /// blocks) that a 1 MiB cache filled and started over, and then read them
 /// one block per system call again: measured over a testbed job, 24,652
 /// reads with 1 MiB, 9,879 with 4 MiB and 9,529 with 8 MiB. It is let go at
-/// every drain and keeps room for what the drain used (see [`Blocks::clear`]).
+/// every drain, its room given back to the pool (see [`pool`]).
 const MAX_CACHED_BLOCKS: usize = 4096;
 /// The most a [`CachedMemory`]'s blocks take.
 const MAX_CACHED_BYTES: usize = MAX_CACHED_BLOCKS * BLOCK as usize;
@@ -322,26 +339,20 @@ pub struct CachedMemory {
     pages: std::cell::RefCell<Blocks>,
 }
 
-/// The blocks a [`CachedMemory`] holds, side by side in one buffer that
-/// keeps its room from drain to drain: a buffer per block, freed at every
-/// drain, was allocated again at the next one, and the allocator's fresh
-/// pages (zeroed by the kernel at first touch) were about a tenth of
-/// sparkprof's CPU on a Spark host.
-#[derive(Debug, Default)]
+/// The blocks a [`CachedMemory`] holds, side by side in chunks lent by a
+/// [`Pool`] (see [`pool`] for why) and given back when cleared or dropped.
+#[derive(Debug)]
 struct Blocks {
-    /// Block address → where its bytes start in `bytes`, or `None`: not
+    /// Block address → where its bytes start in the chunks (a chunk's
+    /// index times [`CHUNK`], plus the offset in it), or `None`: not
     /// readable.
     at: crate::FastMap<u64, Option<usize>>,
-    bytes: Vec<u8>,
-    /// The most bytes a recent drain used: the largest drain's, less an
-    /// eighth for each drain since (see [`Blocks::clear`]).
-    recent: usize,
+    chunks: Vec<Chunk>,
+    /// Bytes of the chunks holding blocks, from the first: every block
+    /// before this was written whole by the kernel.
+    used: usize,
+    pool: &'static Pool,
 }
-
-/// The least room a [`Blocks`] buffer grows to, and keeps: a JVM's first
-/// drains grew it a block at a time, doubling, each growth a copy into
-/// fresh pages.
-const MIN_ROOM: usize = 64 * BLOCK as usize;
 
 /// What [`Blocks::copy`] found.
 enum Held {
@@ -353,23 +364,19 @@ enum Held {
 }
 
 impl Blocks {
-    fn clear(&mut self) {
-        // Room for what recent drains used, and no more than four times
-        // that: a JVM that needed many blocks once does not keep them all,
-        // but a young JVM's drains, heavy and light by turns, keep the room
-        // of the heavy ones. Kept for the last drain only, the room was
-        // given back after each light drain and grown again at the next
-        // heavy one, a copy into fresh pages zeroed by the kernel: over a
-        // testbed job 153 growths and 34 shrinks, 25 MB of new room, and
-        // the faults in reading blocks into it 1.7 and 2.7 % of sparkprof's
-        // CPU in two jobs (0.8 % this way).
-        self.recent = self.bytes.len().max(self.recent - self.recent / 8);
-        let keep = self.recent.max(MIN_ROOM);
-        if self.bytes.capacity() > 4 * keep {
-            self.bytes.shrink_to(keep);
+    fn new(pool: &'static Pool) -> Self {
+        Self {
+            at: Default::default(),
+            chunks: Vec::new(),
+            used: 0,
+            pool,
         }
+    }
+
+    fn clear(&mut self) {
         self.at.clear();
-        self.bytes.clear();
+        self.used = 0;
+        self.pool.give_back(&mut self.chunks);
     }
 
     /// Copies `buf.len()` bytes at `addr` from the blocks held, as far as
@@ -382,8 +389,15 @@ impl Blocks {
             let len = (buf.len() - done).min((block + BLOCK - at) as usize);
             match self.at.get(&block) {
                 Some(Some(start)) => {
+                    // A block lies within one chunk (a chunk is whole blocks).
                     let from = start + (at - block) as usize;
-                    buf[done..done + len].copy_from_slice(&self.bytes[from..from + len]);
+                    let (chunk, offset) = (from / CHUNK, from % CHUNK);
+                    let held = &self.chunks[chunk][offset..offset + len];
+                    // SAFETY: the block starting at `start` is before
+                    // `used`: the kernel wrote it whole (`read`), and
+                    // nothing unwrites it until `clear` forgets it.
+                    let held = unsafe { &*(held as *const [MaybeUninit<u8>] as *const [u8]) };
+                    buf[done..done + len].copy_from_slice(held);
                 }
                 Some(None) => return Held::Unreadable,
                 None => return Held::Lacking(block),
@@ -394,25 +408,26 @@ impl Blocks {
     }
 
     /// Reads `blocks` (at most [`MAX_BLOCKS_PER_CALL`], none held) from
-    /// `memory` in one system call, at the end of `bytes`, and holds
-    /// those read: how many, from the first (the kernel stops at the first
-    /// it cannot read).
+    /// `memory` in one system call, after the blocks held, taking the
+    /// chunks that takes from the pool, and holds those read: how many,
+    /// from the first (the kernel stops at the first it cannot read).
     fn read(&mut self, memory: &Memory, blocks: &[u64]) -> Result<usize, MemoryError> {
-        let start = self.bytes.len();
+        let start = self.used;
         let end = start + blocks.len() * BLOCK as usize;
-        if end > self.bytes.capacity() {
-            // Doubling, as a `Vec` grows, but never past what the cache
-            // holds: a JVM's buffer stays within 4 MiB.
-            let room = (2 * self.bytes.capacity())
-                .max(MIN_ROOM)
-                .clamp(end, MAX_CACHED_BYTES.max(end));
-            self.bytes.reserve_exact(room - start);
+        while self.chunks.len() * CHUNK < end {
+            self.chunks.push(self.pool.take());
         }
-        let read = memory.read_blocks(blocks, BLOCK as usize, self.bytes.spare_capacity_mut());
+        let mut room: Vec<&mut [MaybeUninit<u8>]> = Vec::new();
+        for (index, chunk) in self.chunks.iter_mut().enumerate() {
+            let (low, high) = (index * CHUNK, (index + 1) * CHUNK);
+            if high <= start || low >= end {
+                continue;
+            }
+            room.push(&mut chunk[start.max(low) - low..end.min(high) - low]);
+        }
+        let read = memory.read_blocks(blocks, BLOCK as usize, &mut room);
         let kept = *read.as_ref().unwrap_or(&0);
-        // SAFETY: the kernel wrote the first `kept` blocks whole, after
-        // `start`, within the capacity reserved above.
-        unsafe { self.bytes.set_len(start + kept * BLOCK as usize) };
+        self.used = start + kept * BLOCK as usize;
         for (index, &block) in blocks.iter().enumerate().take(kept) {
             self.at.insert(block, Some(start + index * BLOCK as usize));
         }
@@ -420,11 +435,23 @@ impl Blocks {
     }
 }
 
+impl Drop for Blocks {
+    /// The process is gone (or no longer named): its room goes to the next.
+    fn drop(&mut self) {
+        self.pool.give_back(&mut self.chunks);
+    }
+}
+
 impl CachedMemory {
     pub fn new(memory: Memory) -> Self {
+        Self::with_pool(memory, &pool::SHARED)
+    }
+
+    /// A cache whose room comes from `pool` (tests: their own).
+    fn with_pool(memory: Memory, pool: &'static Pool) -> Self {
         Self {
             memory,
-            pages: Default::default(),
+            pages: std::cell::RefCell::new(Blocks::new(pool)),
         }
     }
 
@@ -705,45 +732,47 @@ mod tests {
     }
 
     #[test]
-    fn the_blocks_buffer_keeps_its_room_across_drains_within_bounds() {
+    fn the_room_of_blocks_is_lent_by_the_pool_and_taken_again_by_the_next_cache() {
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new(1024)));
         let bytes = vec![7u8; 1024 * BLOCK as usize];
         let base = bytes.as_ptr() as u64;
-        let mut cache = CachedMemory::new(Memory::new(std::process::id()));
-        cache.prefetch(
-            (0..bytes.len() as u64)
+        let every_block = |base: u64, len: usize| {
+            (0..len as u64)
                 .step_by(BLOCK as usize)
-                .map(|offset| (base + offset, 8)),
-        );
+                .map(move |offset| (base + offset, 8))
+        };
+        let chunks_of = |cache: &CachedMemory| {
+            let pages = cache.pages.borrow();
+            pages.chunks.iter().map(|c| c.as_ptr()).collect::<Vec<_>>()
+        };
+        let mut cache = CachedMemory::with_pool(Memory::new(std::process::id()), pool);
+        cache.prefetch(every_block(base, bytes.len()));
         let held = cache.len();
         assert!(held >= 1023, "{held} blocks held");
-        let room = cache.pages.borrow().bytes.capacity();
-        // The next drain reads into the same room.
+        let room = chunks_of(&cache);
+        assert_eq!(room.len(), held.div_ceil(CHUNK / BLOCK as usize));
+        // Cleared at the next drain: the room goes back, and the reads of
+        // that drain (this cache's or another process's) take it again.
         cache.clear();
         assert!(cache.is_empty());
-        assert_eq!(cache.pages.borrow().bytes.capacity(), room);
-        assert_eq!(cache.read_u64(base + 8).unwrap(), 0x0707_0707_0707_0707);
-        assert_eq!(cache.pages.borrow().bytes.capacity(), room);
-        // Drains that use little keep it for a while (a young JVM's are
-        // heavy and light by turns), then give most of it back.
-        cache.clear();
-        assert_eq!(cache.pages.borrow().bytes.capacity(), room);
-        for _ in 0..64 {
-            cache.clear();
-        }
-        let kept = cache.pages.borrow().bytes.capacity();
-        assert!(kept < room && kept <= 4 * MIN_ROOM, "{kept} of {room}");
-        // However many blocks are wanted, the buffer stays within what the
-        // cache holds.
+        assert_eq!(pool.kept(), room.len());
+        let other = CachedMemory::with_pool(Memory::new(std::process::id()), pool);
+        other.prefetch(every_block(base, bytes.len()));
+        assert!(chunks_of(&other).iter().all(|chunk| room.contains(chunk)));
+        assert_eq!(other.read_u64(base + 8).unwrap(), 0x0707_0707_0707_0707);
+        // A process gone gives its room back.
+        drop(other);
+        assert_eq!(pool.kept(), room.len());
+        // However many blocks are wanted, a cache holds no more than its
+        // bound, and reads what is past it again.
         let more = vec![9u8; (MAX_CACHED_BLOCKS + 200) * BLOCK as usize];
         let more_base = more.as_ptr() as u64;
         for _ in 0..2 {
-            cache.prefetch(
-                (0..more.len() as u64)
-                    .step_by(BLOCK as usize)
-                    .map(|offset| (more_base + offset, 8)),
-            );
+            cache.prefetch(every_block(more_base, more.len()));
             assert_eq!(cache.len(), MAX_CACHED_BLOCKS);
-            assert!(cache.pages.borrow().bytes.capacity() <= MAX_CACHED_BYTES);
+            assert!(chunks_of(&cache).len() * CHUNK <= MAX_CACHED_BYTES);
+            let last = more_base + more.len() as u64 - 8;
+            assert_eq!(cache.read_u64(last).unwrap(), 0x0909_0909_0909_0909);
             assert_eq!(
                 cache.read_u64(more_base + 8).unwrap(),
                 0x0909_0909_0909_0909
