@@ -392,11 +392,11 @@ impl Blocks {
                     // A block lies within one chunk (a chunk is whole blocks).
                     let from = start + (at - block) as usize;
                     let (chunk, offset) = (from / CHUNK, from % CHUNK);
-                    let held = &self.chunks[chunk][offset..offset + len];
                     // SAFETY: the block starting at `start` is before
                     // `used`: the kernel wrote it whole (`read`), and
                     // nothing unwrites it until `clear` forgets it.
-                    let held = unsafe { &*(held as *const [MaybeUninit<u8>] as *const [u8]) };
+                    let held =
+                        unsafe { self.chunks[chunk][offset..offset + len].assume_init_ref() };
                     buf[done..done + len].copy_from_slice(held);
                 }
                 Some(None) => return Held::Unreadable,
