@@ -419,32 +419,36 @@ pub const OFFCPU_KERNEL_WAITS: usize = 2;
 /// a wait (a writer woken reader, for one) alternates between two.
 pub const OFFCPU_SITES: usize = 2;
 
-/// A thread of interest's slot, found by its `task_struct` address (what
-/// the sched_switch tracepoint hands over for the thread coming back,
-/// without a read): whether it is away, since when, and the sites it last
-/// left from. Slots are the entries of the `OFFCPU_THREADS` array at a
-/// hash of that address (an array entry is found without a hash lookup,
-/// which costs more than the rest of a short switch); a thread whose entry
-/// another holds has its slot in the `OFFCPU_START` hash map instead.
+/// A thread of interest's slot, found by its thread id (one load from the
+/// `task_struct` the sched_switch tracepoint hands over): whether it is
+/// away, since when, and the sites it last left from. Slots are the
+/// entries of the `OFFCPU_THREADS` array at [`offcpu_thread_index`] of that
+/// id (an array entry is found without a hash lookup, which costs more
+/// than the rest of a short switch); a thread whose entry another holds
+/// has its slot in the `OFFCPU_START` hash map instead.
+///
+/// By id, not by `task_struct` address: the address is a typed pointer,
+/// which the verifier lets no arithmetic touch, and turning it into a
+/// number (through a per-CPU map word) cost about 10 ns a switch between
+/// two watched threads, a third of what the program adds to one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OffCpuStart {
-    /// The holder's `task_struct` address; `0`: a free entry.
-    pub task: u64,
+    /// The holder's thread id; `0`: a free entry.
+    pub tid: u32,
+    pub tgid: u32,
     /// Non-zero once a thread whose entry this is went to `OFFCPU_START`:
     /// only then is a thread not found here looked for there.
     pub spilled: u32,
-    pub _pad: u32,
+    /// How it left, in the sched_switch report encoding (see [`OffCpuKey::state`]).
+    pub state: u32,
     /// The time of its switch-out (the run queue's clock, or
     /// `bpf_ktime_get_ns` where that is not known: only compared with the
     /// same clock at its switch-in); `0`: no period open.
     pub ktime_ns: u64,
-    pub tid: u32,
-    pub tgid: u32,
-    /// How it left, in the sched_switch report encoding (see [`OffCpuKey::state`]).
-    pub state: u32,
     /// Which of `sites` the open period left from.
     pub site: u32,
+    pub _pad: u32,
     /// The Python stack it left from (walked at every switch-out of a
     /// followed CPython thread: unlike the native stack, a Python chain
     /// cannot be told apart by registers), `0` for none.
@@ -612,11 +616,11 @@ pub mod names {
     pub const OFFCPU_NEW_USER_STACKS: &str = "OFFCPU_NEW_USER_STACKS";
     pub const OFFCPU_NEW_KERNEL_STACKS: &str = "OFFCPU_NEW_KERNEL_STACKS";
     pub const OFFCPU_NEW_PY_STACKS: &str = "OFFCPU_NEW_PY_STACKS";
-    /// `Array<OffCpuStart>` at a hash of the `task_struct` address
-    /// ([`crate::offcpu_thread_index`]): threads of interest that have left
+    /// `Array<OffCpuStart>` at [`crate::offcpu_thread_index`] of the
+    /// thread id: threads of interest that have left
     /// a CPU at least once; freed as they exit.
     pub const OFFCPU_THREADS: &str = "OFFCPU_THREADS";
-    /// `HashMap<u64 task_struct address, OffCpuStart>`: the slots of
+    /// `HashMap<u32 thread id, OffCpuStart>`: the slots of
     /// threads whose `OFFCPU_THREADS` entry another thread holds.
     pub const OFFCPU_START: &str = "OFFCPU_START";
     /// `LruHashMap<u64, OffCpuKernelStack>`: kernel stacks of off-CPU periods.
@@ -669,15 +673,16 @@ pub const MAX_OFFCPU_SLOTS: u32 = 1 << 18;
 /// Entries of `OFFCPU_THREADS` (a power of two).
 pub const DEFAULT_OFFCPU_THREADS: u32 = 32_768;
 /// Entries of `OFFCPU_START`, for threads whose `OFFCPU_THREADS` entry is
-/// taken (with 3,000 threads of interest, about 140 are).
+/// taken (by a thread whose id is the same modulo `DEFAULT_OFFCPU_THREADS`).
 pub const OFFCPU_SPILLED_THREADS: u32 = 8_192;
 
-/// The `OFFCPU_THREADS` entry of the thread whose `task_struct` is at
-/// `task`: a multiplicative hash of the address (task structs are a few
-/// KiB apart, so the low bits alone would leave most entries unused).
+/// The `OFFCPU_THREADS` entry of thread `tid`: its low bits. Thread ids
+/// are handed out in increasing order, so the threads of a process mostly
+/// have ids close together, and those alive at once share an entry only
+/// when `DEFAULT_OFFCPU_THREADS` ids apart.
 #[inline(always)]
-pub const fn offcpu_thread_index(task: u64) -> u32 {
-    ((task >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 49) as u32 & (DEFAULT_OFFCPU_THREADS - 1)
+pub const fn offcpu_thread_index(tid: u32) -> u32 {
+    tid & (DEFAULT_OFFCPU_THREADS - 1)
 }
 /// A site's walked user stack is reused for this long, then walked again:
 /// how long a change of caller behind the same registers can go unseen.
@@ -764,8 +769,8 @@ mod user {
     unsafe impl aya::Pod for super::PythonOffsets {}
     // SAFETY: repr(C), two u32 then pairs of u64, no padding, any bits valid.
     unsafe impl aya::Pod for super::PythonStack {}
-    // SAFETY: repr(C), u64, four u32, u64, sites of six u64 each, [u8; 16]:
-    // no padding, any bits valid.
+    // SAFETY: repr(C), four u32, u64, two u32, u64s, sites of six u64 each,
+    // [u8; 16]: no padding, any bits valid.
     unsafe impl aya::Pod for super::OffCpuStart {}
     // SAFETY: repr(C), u64s then twelve u32: no padding, any bits valid.
     unsafe impl aya::Pod for super::HotspotProcInfo {}
@@ -794,7 +799,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<OffCpuKernelWait>(), 4 * 8 + 2 * 4);
         assert_eq!(
             core::mem::size_of::<OffCpuStart>(),
-            8 + 2 * 4 + 8 + 4 * 4 + 8 + 8 + 48 * OFFCPU_SITES + 40 * OFFCPU_KERNEL_WAITS + COMM_LEN
+            4 * 4 + 8 + 2 * 4 + 8 + 8 + 48 * OFFCPU_SITES + 40 * OFFCPU_KERNEL_WAITS + COMM_LEN
         );
     }
 

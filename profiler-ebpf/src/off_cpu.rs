@@ -46,8 +46,8 @@ use aya_ebpf::{
         task_struct,
     },
     helpers::{
-        bpf_get_current_comm, bpf_get_current_task, bpf_get_task_stack, bpf_ktime_get_ns,
-        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_task_pt_regs, bpf_task_storage_get,
+        bpf_get_current_comm, bpf_get_task_stack, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_buf, bpf_task_pt_regs, bpf_task_storage_get,
     },
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -82,7 +82,7 @@ static OFFCPU_WATCHED: Array<u32> = Array::with_max_entries(MAX_OFFCPU_SLOTS, 0)
 #[map]
 static OFFCPU_THREADS: Array<OffCpuStart> = Array::with_max_entries(DEFAULT_OFFCPU_THREADS, 0);
 #[map]
-static OFFCPU_START: HashMap<u64, OffCpuStart> =
+static OFFCPU_START: HashMap<u32, OffCpuStart> =
     HashMap::with_max_entries(OFFCPU_SPILLED_THREADS, 0);
 
 #[map]
@@ -258,26 +258,6 @@ pub fn mark_watched_threads(ctx: *const TaskIterContext) -> i32 {
     0
 }
 
-/// One word of scratch space per CPU (see [`as_number`]).
-#[map]
-static WORD_SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-/// The address in a typed kernel pointer as a plain number. The verifier
-/// forbids arithmetic on a typed pointer (the slot index hashes the
-/// address), and keeps its type across registers and the stack; a value
-/// read back from a map is a number. (Storing a pointer in a map needs
-/// CAP_PERFMON, which the sampler has anyway.)
-#[inline(always)]
-fn as_number(pointer: u64) -> u64 {
-    let Some(word) = WORD_SCRATCH.get_ptr_mut(0) else {
-        return 0;
-    };
-    unsafe {
-        core::ptr::write_volatile(word, pointer);
-        core::ptr::read_volatile(word)
-    }
-}
-
 /// The time of this switch, read at most once: the run queue's clock
 /// (`task` is `prev` or `next`, both on this CPU's), or where its fields
 /// are not known, `bpf_ktime_get_ns`. Only compared with itself.
@@ -293,15 +273,15 @@ fn clock(now: &mut u64, task: *const task_struct) -> u64 {
     *now
 }
 
-/// The slot of the thread whose `task_struct` is at `task`, if it has one.
+/// The slot of thread `tid`, if it has one.
 #[inline(always)]
-fn slot_of(task: u64) -> Option<&'static mut OffCpuStart> {
-    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(task))? };
-    if entry.task == task {
+fn slot_of(tid: u32) -> Option<&'static mut OffCpuStart> {
+    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid))? };
+    if entry.tid == tid {
         Some(entry)
     } else if entry.spilled != 0 {
         OFFCPU_START
-            .get_ptr_mut(&task)
+            .get_ptr_mut(&tid)
             .map(|slot| unsafe { &mut *slot })
     } else {
         None
@@ -316,19 +296,19 @@ fn slot_of(task: u64) -> Option<&'static mut OffCpuStart> {
 /// compare-and-swap): the one whose write lost finds the entry taken at
 /// its return, loses that one period and spills at its next switch-out.
 #[inline(always)]
-fn new_slot(task: u64) -> Option<&'static mut OffCpuStart> {
-    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(task))? };
-    if entry.task == 0 {
+fn new_slot(tid: u32) -> Option<&'static mut OffCpuStart> {
+    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid))? };
+    if entry.tid == 0 {
         let spilled = entry.spilled;
         *entry = unsafe { core::mem::zeroed() };
-        entry.task = task;
+        entry.tid = tid;
         entry.spilled = spilled;
         return Some(entry);
     }
     let mut empty: OffCpuStart = unsafe { core::mem::zeroed() };
-    empty.task = task;
+    empty.tid = tid;
     if OFFCPU_START
-        .insert(&task, &empty, BPF_NOEXIST as u64)
+        .insert(&tid, &empty, BPF_NOEXIST as u64)
         .is_err()
     {
         count_stat(stat::OFFCPU_THREADS_FULL);
@@ -336,24 +316,31 @@ fn new_slot(task: u64) -> Option<&'static mut OffCpuStart> {
     }
     entry.spilled = 1;
     OFFCPU_START
-        .get_ptr_mut(&task)
+        .get_ptr_mut(&tid)
         .map(|slot| unsafe { &mut *slot })
 }
 
-/// Frees an exiting thread's slot: a thread that reuses its task_struct
-/// soon after must not start with its sites (and its first sleep with its
-/// stack).
+/// Frees an exiting thread's slot: a thread that reuses its id soon after
+/// must not start with its sites (and its first sleep with its stack).
+///
+/// Slots go by thread id, and two cases leave one behind or free another's,
+/// both rare and both harmless beyond one period: a thread other than the
+/// leader that calls `execve` takes the leader's id, and the slot of its
+/// old one stays until a thread given that id takes it over (a site is
+/// trusted only if the registers match); and a thread's last switch-out
+/// (`TASK_DEAD`) comes after its id was released, so a thread that got
+/// the id in between loses its open period.
 #[inline(always)]
-fn free_slot(task: u64) {
-    let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(task)) else {
+fn free_slot(tid: u32) {
+    let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid)) else {
         return;
     };
     let entry = unsafe { &mut *entry };
-    if entry.task == task {
-        entry.task = 0;
+    if entry.tid == tid {
+        entry.tid = 0;
         entry.ktime_ns = 0;
     } else if entry.spilled != 0 {
-        let _ = OFFCPU_START.remove(&task);
+        let _ = OFFCPU_START.remove(&tid);
     }
 }
 
@@ -367,14 +354,13 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         return;
     };
     let tid = task::pid(prev);
-    let task = as_number(ctx.arg(1));
     let prev_state: u64 = ctx.arg(3);
     if prev_state as u32 & TASK_DEAD != 0 {
         // Never to run again.
-        free_slot(task);
+        free_slot(tid);
         return;
     }
-    let Some(slot) = slot_of(task).or_else(|| new_slot(task)) else {
+    let Some(slot) = slot_of(tid).or_else(|| new_slot(tid)) else {
         return;
     };
     let now = clock(now, prev);
@@ -396,7 +382,6 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         if slot.comm[0] == 0 {
             slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
         }
-        slot.tid = tid;
         slot.tgid = tgid;
         slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
         slot.ktime_ns = now;
@@ -446,7 +431,6 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     } else {
         0
     };
-    slot.tid = tid;
     slot.tgid = tgid;
     slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
     slot.ktime_ns = now;
@@ -458,17 +442,16 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
 #[inline(always)]
 fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     let next_task: *mut task_struct = ctx.arg(2);
-    // Its slot is found by its address, as a number. Only a thread of a
-    // watched process has one (opened at a switch-out, freed as it exits),
-    // so there is no need to test its process here too.
-    let next = as_number(ctx.arg(2));
-    let Some(slot) = slot_of(next) else {
+    // Only a thread of a watched process has a slot (opened at a
+    // switch-out, freed as it exits), so there is no need to test its
+    // process here too.
+    let tid = task::pid(next_task);
+    let Some(slot) = slot_of(tid) else {
         return;
     };
     if slot.ktime_ns == 0 {
         return;
     }
-    let tid = slot.tid;
     let blocked = clock(now, next_task).saturating_sub(slot.ktime_ns);
     slot.ktime_ns = 0;
     if blocked < OFFCPU_MIN_BLOCK_NS.load() {
@@ -814,7 +797,8 @@ fn report_state(preempt: bool, state: u32) -> u32 {
 /// A thread exits (the BTF tracepoint `sched_process_exit(struct
 /// task_struct *p, ...)` runs in its context): free its slot.
 #[btf_tracepoint(function = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    free_slot(unsafe { bpf_get_current_task() });
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    let exiting: *const task_struct = ctx.arg(0);
+    free_slot(task::pid(exiting));
     0
 }

@@ -167,11 +167,11 @@ pub struct OffCpuRecorder {
     /// Every new stack, as the program files it: user, kernel, Python.
     new_stacks: [RingBuf<MapData>; 3],
     watched_slots: Array<MapData, u32>,
-    /// The open periods and recent sites of threads of interest, at a
-    /// hash of their task_struct, and those whose entry was taken (read
-    /// only to count them).
+    /// The open periods and recent sites of threads of interest, by
+    /// thread id, and those whose entry was taken (read only to count
+    /// them).
     thread_slots: Array<MapData, OffCpuStart>,
-    spilled_slots: HashMap<MapData, u64, OffCpuStart>,
+    spilled_slots: HashMap<MapData, u32, OffCpuStart>,
     /// Watched processes by slot.
     watched: StdHashMap<u32, u32>,
     /// Processes were watched since their threads were last marked.
@@ -271,7 +271,7 @@ impl OffCpuRecorder {
         let held = self
             .thread_slots
             .iter()
-            .filter(|slot| slot.as_ref().is_ok_and(|slot| slot.task != 0))
+            .filter(|slot| slot.as_ref().is_ok_and(|slot| slot.tid != 0))
             .count();
         held + self.spilled_slots.keys().filter(Result::is_ok).count()
     }
