@@ -38,6 +38,16 @@
 //! has just updated: `bpf_ktime_get_ns` reads the clocksource, and on a
 //! virtual machine that cost 40 ns, more than the rest of a switch-out and a
 //! switch-in of watched threads together.
+//!
+//! What a short wait never does (walking a stack, filing a Python stack,
+//! giving a thread its slot, counting a period) is out of line, in BPF
+//! subprograms (`#[inline(never)]`). Inlined, it made the program 28 KB of
+//! instructions, with the few a short wait runs scattered among them; apart,
+//! the program is 7 KB and a switch of two watched threads runs through a
+//! few hundred bytes of it. Its own time fell little (about 2 ns a switch),
+//! the ping-pong's by more (0.7, 1.6 and 2.1 points of its time in three
+//! runs of 16 to 24 interleaved rounds): most likely the instruction cache
+//! the kernel's own switch code then finds as it left it.
 
 use aya_ebpf::{
     Global,
@@ -288,22 +298,29 @@ fn slot_of(tid: u32) -> Option<&'static mut OffCpuStart> {
     }
 }
 
-/// A thread's first switch-out: a slot that lives until it exits, its
-/// entry of `OFFCPU_THREADS` if free, else one in `OFFCPU_START`.
+/// A thread's first switch-out: gives it a slot that lives until it
+/// exits, its entry of `OFFCPU_THREADS` if free, else one in
+/// `OFFCPU_START` ([`slot_of`] then finds it).
 ///
 /// Two threads with one entry leaving for the first time at the same
 /// instant on two CPUs could both take it (BPF here has no
 /// compare-and-swap): the one whose write lost finds the entry taken at
 /// its return, loses that one period and spills at its next switch-out.
-#[inline(always)]
-fn new_slot(tid: u32) -> Option<&'static mut OffCpuStart> {
-    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid))? };
+///
+/// Out of line, as the other paths a short wait does not take (see
+/// [`sched_switch`]).
+#[inline(never)]
+fn new_slot(tid: u32) {
+    let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid)) else {
+        return;
+    };
+    let entry = unsafe { &mut *entry };
     if entry.tid == 0 {
         let spilled = entry.spilled;
         *entry = unsafe { core::mem::zeroed() };
         entry.tid = tid;
         entry.spilled = spilled;
-        return Some(entry);
+        return;
     }
     let mut empty: OffCpuStart = unsafe { core::mem::zeroed() };
     empty.tid = tid;
@@ -312,12 +329,9 @@ fn new_slot(tid: u32) -> Option<&'static mut OffCpuStart> {
         .is_err()
     {
         count_stat(stat::OFFCPU_THREADS_FULL);
-        return None;
+        return;
     }
     entry.spilled = 1;
-    OFFCPU_START
-        .get_ptr_mut(&tid)
-        .map(|slot| unsafe { &mut *slot })
 }
 
 /// Frees an exiting thread's slot: a thread that reuses its id soon after
@@ -330,7 +344,7 @@ fn new_slot(tid: u32) -> Option<&'static mut OffCpuStart> {
 /// trusted only if the registers match); and a thread's last switch-out
 /// (`TASK_DEAD`) comes after its id was released, so a thread that got
 /// the id in between loses its open period.
-#[inline(always)]
+#[inline(never)]
 fn free_slot(tid: u32) {
     let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid)) else {
         return;
@@ -360,8 +374,15 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         free_slot(tid);
         return;
     }
-    let Some(slot) = slot_of(tid).or_else(|| new_slot(tid)) else {
-        return;
+    let slot = match slot_of(tid) {
+        Some(slot) => slot,
+        None => {
+            new_slot(tid);
+            let Some(slot) = slot_of(tid) else {
+                return;
+            };
+            slot
+        }
     };
     let now = clock(now, prev);
     let preempt: u64 = ctx.arg(0);
@@ -403,7 +424,6 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         1
     } else {
         // Walk, into the site used longest ago.
-        count_stat(stat::OFFCPU_USER_WALKS);
         let older = usize::from(slot.sites[1].walked_ns < slot.sites[0].walked_ns);
         slot.sites[older] = OffCpuSite {
             ip,
@@ -411,30 +431,43 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
             bp,
             syscall,
             walked_ns: now,
-            stack: user_stack(ip, sp, bp),
+            stack: 0,
         };
-        slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+        walk_site(slot, older);
         older
     };
     slot.site = index as u32;
     slot.arg = arg;
-    slot.python_stack = if python {
-        python_stack(
-            tgid,
-            tid,
-            &Announced {
-                map: &OFFCPU_PY_STACKS,
-                ring: &OFFCPU_NEW_PY_STACKS,
-                lost_stat: stat::OFFCPU_STACKS_LOST,
-            },
-        )
-    } else {
-        0
-    };
+    slot.python_stack = if python { python_site(tgid, tid) } else { 0 };
     slot.tgid = tgid;
     slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
     slot.ktime_ns = now;
     count_stat(stat::OFFCPU_SWITCHES);
+}
+
+/// Walks the user stack of the current thread into `slot.sites[index]`,
+/// whose registers are set; keeps the thread's name.
+#[inline(never)]
+fn walk_site(slot: &mut OffCpuStart, index: usize) {
+    count_stat(stat::OFFCPU_USER_WALKS);
+    let site = &mut slot.sites[index & 1];
+    site.stack = user_stack(site.ip, site.sp, site.bp);
+    slot.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+}
+
+/// The Python stack of the current thread (of followed CPython process
+/// `tgid`), filed; its key.
+#[inline(never)]
+fn python_site(tgid: u32, tid: u32) -> u64 {
+    python_stack(
+        tgid,
+        tid,
+        &Announced {
+            map: &OFFCPU_PY_STACKS,
+            ring: &OFFCPU_NEW_PY_STACKS,
+            lost_stat: stat::OFFCPU_STACKS_LOST,
+        },
+    )
 }
 
 /// `next` (which may be watched) gets the CPU back: count the time it was
@@ -458,6 +491,19 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         count_stat(stat::OFFCPU_SHORT);
         return;
     }
+    count_period(slot, next_task, tid, *now, blocked);
+}
+
+/// Adds the `blocked` ns of `slot`'s period, which ended `now` as thread
+/// `tid` (`next`) came back, to the active buffer under its stacks.
+#[inline(never)]
+fn count_period(
+    slot: &mut OffCpuStart,
+    next_task: *mut task_struct,
+    tid: u32,
+    now: u64,
+    blocked: u64,
+) {
     let key = OffCpuKey {
         tgid: slot.tgid,
         tid,
@@ -470,7 +516,7 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
         } else if slot.site == NO_SITE {
             kernel_stack(next_task)
         } else {
-            kept_kernel_stack(slot, next_task, *now)
+            kept_kernel_stack(slot, next_task, now)
         },
         user_stack: if slot.site == NO_SITE {
             0
