@@ -283,10 +283,19 @@ fn clock(now: &mut u64, task: *const task_struct) -> u64 {
     *now
 }
 
+/// The `OFFCPU_THREADS` entry of thread `tid` (its slot, another
+/// thread's, or free).
+#[inline(always)]
+fn entry_of(tid: u32) -> Option<&'static mut OffCpuStart> {
+    OFFCPU_THREADS
+        .get_ptr_mut(offcpu_thread_index(tid))
+        .map(|entry| unsafe { &mut *entry })
+}
+
 /// The slot of thread `tid`, if it has one.
 #[inline(always)]
 fn slot_of(tid: u32) -> Option<&'static mut OffCpuStart> {
-    let entry = unsafe { &mut *OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid))? };
+    let entry = entry_of(tid)?;
     if entry.tid == tid {
         Some(entry)
     } else if entry.spilled != 0 {
@@ -311,10 +320,9 @@ fn slot_of(tid: u32) -> Option<&'static mut OffCpuStart> {
 /// [`sched_switch`]).
 #[inline(never)]
 fn new_slot(tid: u32) {
-    let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid)) else {
+    let Some(entry) = entry_of(tid) else {
         return;
     };
-    let entry = unsafe { &mut *entry };
     if entry.tid == 0 {
         let spilled = entry.spilled;
         *entry = unsafe { core::mem::zeroed() };
@@ -346,10 +354,9 @@ fn new_slot(tid: u32) {
 /// the id in between loses its open period.
 #[inline(never)]
 fn free_slot(tid: u32) {
-    let Some(entry) = OFFCPU_THREADS.get_ptr_mut(offcpu_thread_index(tid)) else {
+    let Some(entry) = entry_of(tid) else {
         return;
     };
-    let entry = unsafe { &mut *entry };
     if entry.tid == tid {
         entry.tid = 0;
         entry.ktime_ns = 0;
@@ -374,15 +381,11 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
         free_slot(tid);
         return;
     }
-    let slot = match slot_of(tid) {
-        Some(slot) => slot,
-        None => {
-            new_slot(tid);
-            let Some(slot) = slot_of(tid) else {
-                return;
-            };
-            slot
-        }
+    let Some(slot) = slot_of(tid).or_else(|| {
+        new_slot(tid);
+        slot_of(tid)
+    }) else {
+        return;
     };
     let now = clock(now, prev);
     let preempt: u64 = ctx.arg(0);
