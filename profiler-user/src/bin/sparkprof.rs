@@ -119,7 +119,7 @@ struct SamplingArgs {
     #[arg(long)]
     max_stack_depth: Option<u32>,
     /// Milliseconds between drains of the kernel maps.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = sparkprof::record::DEFAULT_DRAIN_INTERVAL.as_millis() as u64)]
     drain_interval_ms: u64,
     /// Entries of each stack map (default: sized from CPUs, frequency and depth).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_MAP_ENTRIES))]
