@@ -141,16 +141,21 @@ pub fn count_map_entries(cpus: u32, frequency_hz: u64, drain_interval: Duration)
 
 /// How often the kernel maps are drained unless told (`--drain-interval-ms`).
 ///
-/// Each drain reads every map and names what is new in it, and some of that
-/// is paid per drain whatever it brings (the maps' system calls, JVM thread
-/// lists, blocks of JVM memory read again because the cache of each drain
-/// starts empty). Over the Spark testbed's job (section 5's), sparkprof took
-/// about a tenth less CPU with 2 s drains than with 1 s (three interleaved
-/// pairs: 0.591 / 0.677 / 0.546 % of a core against 0.507 / 0.543 / 0.526 %),
-/// the kernel maps sized for twice the samples (see the functions below).
-/// 4 s saved little more on-CPU (0.51 %, one run) and keeps samples in the
-/// maps, and a new thread's Python frames unnamed, twice as long again.
-pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_secs(2);
+/// Why not longer, though part of each drain is paid whatever it brings
+/// (the maps' system calls, JVM thread lists, JVM memory read again because
+/// each drain's block cache starts empty): a new Python process is followed
+/// from the first drain that sees it, and until then its samples have no
+/// Python frames. Over the Spark testbed's job (section 5's job, whole-host
+/// `record` at 99 Hz, three interleaved pairs), 2 s drains took about a tenth
+/// less of sparkprof's CPU (0.507 / 0.543 / 0.526 % of a core against
+/// 0.591 / 0.677 / 0.546 %; with `--off-cpu`, `cargo xtask bench --only
+/// offcpu` measured 0.64 % with 2 s drains, 0.75 % in its run before with
+/// 1 s), but only 65.5 / 68.5 / 66.6 % of the Python processes' on-CPU
+/// samples carried a Python frame, against 74.1 / 78.0 / 80.4 % with 1 s
+/// drains: the workers PySpark's daemon forks for the job's first tasks
+/// went unfollowed for longer. (JIT frames named: 99.60-99.76 % against
+/// 99.79-99.98 %.)
+pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most on-CPU samples one drain interval can bring.
 fn samples_per_interval(cpus: u32, frequency_hz: u64, drain_interval: Duration) -> u64 {

@@ -345,19 +345,10 @@ fn the_closing_line_agrees_with_the_index_after_periodic_flushes() {
     require_root();
     let work = tempfile::tempdir().unwrap();
     let chain = build_workload("chain", work.path());
-    // Drains a second apart (the default is two), so that several come
-    // between the flushes.
-    let recorder = Recorder::start(&[
-        "--duration",
-        "4",
-        "--flush-interval",
-        "1",
-        "--drain-interval-ms",
-        "1000",
-    ]);
+    let recorder = Recorder::start(&["--duration", "4", "--flush-interval", "1"]);
     // Busy in the first 2.5 s only (long enough for a file of its own:
-    // with these drains a process that lives 2 s or more always has one):
-    // its file is not rewritten at the end.
+    // a process that lives 2 s or more always has one): its file is not
+    // rewritten at the end.
     let early = Workload::start(&chain, &["2.5", "1"]);
     let pid = early.pid();
     early.wait_cpu_seconds();

@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime};
 
 use profiler_common::OffCpuKey;
 
-/// How long off-CPU counts are held at most: two drains at the default
-/// interval of two seconds (four of one second, when it was chosen). (Longer holds little more: most of what
+/// How long off-CPU counts are held at most: four drains at the default
+/// interval of one second. (Longer holds little more: most of what
 /// repeats repeats within a few seconds; and a JIT frame is named by the
 /// code at its address when it is named, which churns on a busy JVM.)
 pub const HOLD: Duration = Duration::from_secs(4);

@@ -51,7 +51,7 @@
 //! processes a second gets one file per program, not per process, and every
 //! sample is still counted. index.json says how many processes a
 //! `short-lived/` file sums (`processes`). Drains come every drain interval
-//! (two seconds by default), so a process that lives under [`LONG_LIVED`] is
+//! (a second by default), so a process that lives under [`LONG_LIVED`] is
 //! always summed, one that lives [`LONG_LIVED`] plus a drain interval always
 //! has its own file, and one in between has it if a drain saw it alive
 //! after [`LONG_LIVED`].

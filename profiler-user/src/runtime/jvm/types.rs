@@ -39,8 +39,8 @@ pub struct JitOptions {
     /// Readable `pkg.Class.method` names, or the JDK's full signatures.
     pub name_style: NameStyle,
     /// Never ask one JVM twice within this interval (less 0.1 s for the
-    /// jitter of the drain tick: with 1 s drains, a JVM whose code keeps
-    /// changing can be asked once per drain).
+    /// jitter of the drain tick: with the default 1 s drains, a JVM whose
+    /// code keeps changing can be asked once per drain).
     pub min_dump_interval: Duration,
     /// While a JVM's compiler threads are busy (code cache churn), refresh
     /// its map at least this often.
