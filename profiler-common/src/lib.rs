@@ -606,6 +606,14 @@ pub mod names {
     pub const PY_PROCS: &str = "PY_PROCS";
     /// `HashMap<u32 tid, RuntimeThread>`: their threads' `PyThreadState`s.
     pub const PY_THREADS: &str = "PY_THREADS";
+    /// `HashMap<u32 tgid, u8>`: processes of `PY_PROCS` followed since
+    /// their fork by the kernel, not yet by userspace.
+    pub const PY_FORKED: &str = "PY_FORKED";
+    /// The BTF tracepoint programs that follow a followed CPython's forked
+    /// children from their fork, and forget them at their exec or exit.
+    pub const PROGRAM_PYTHON_FORK: &str = "python_fork";
+    pub const PROGRAM_PYTHON_EXEC: &str = "python_exec";
+    pub const PROGRAM_PYTHON_EXIT: &str = "python_exit";
     /// `HashMap<u64, PythonStack>`: Python stacks of samples, one per buffer.
     pub const PY_STACKS: [&str; 2] = ["PY_STACKS_0", "PY_STACKS_1"];
     /// `LruHashMap<u64, OffCpuUserStack>`: user stacks of off-CPU periods,

@@ -8,11 +8,20 @@
 //! offsets are in `PY_PROCS`), the sampler also follows the thread's frame
 //! chain and records (code object, instruction) per frame, innermost first.
 //! Naming code objects and computing lines is left to userspace.
+//!
+//! A followed process's child is followed from its fork on (`python_fork`),
+//! not from the first drain that sees it: a PySpark daemon forks its workers
+//! busy from their start, and a tenth of a worker's samples came before
+//! that drain. The child is the parent's copy, so the parent's offsets hold
+//! in it, and so does the `PyThreadState` of the thread that forked (CPython
+//! keeps it as the child's main thread).
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user_buf,
-    macros::map,
+    bindings::{BPF_ANY, task_struct},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user_buf},
+    macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray},
+    programs::BtfTracePointContext,
 };
 use profiler_common::{
     MAX_PYTHON_PROCESSES, MAX_PYTHON_THREADS, PY_FRAME_WINDOW_BYTES, PY_MAX_FRAMES, PY_NO_OFFSET,
@@ -21,6 +30,7 @@ use profiler_common::{
 
 use crate::{
     hashed_stacks::{FNV_OFFSET, StackSink, fnv},
+    task::{self, TASK_STRUCT_PID_OFFSET},
     user_memory::read_u64,
 };
 
@@ -29,6 +39,12 @@ static PY_PROCS: HashMap<u32, PythonOffsets> = HashMap::with_max_entries(MAX_PYT
 
 #[map]
 static PY_THREADS: HashMap<u32, RuntimeThread> = HashMap::with_max_entries(MAX_PYTHON_THREADS, 0);
+
+/// Processes in `PY_PROCS` that `python_fork` put there and userspace has
+/// not taken over yet (it removes them as it follows them itself): the
+/// kernel forgets these at their `exec` or exit, userspace the others.
+#[map]
+static PY_FORKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PYTHON_PROCESSES, 0);
 
 #[map]
 static PY_STACKS_0: HashMap<u64, PythonStack> =
@@ -62,18 +78,9 @@ pub fn is_followed_python(tgid: u32) -> bool {
 /// Python frame now.
 #[inline(always)]
 pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -> u64 {
-    let Some(offsets) = (unsafe { PY_PROCS.get(&tgid) }) else {
+    let Some((offsets, tstate)) = followed_thread(tgid, tid) else {
         return 0;
     };
-    let Some(thread) = (unsafe { PY_THREADS.get(&tid) }) else {
-        return 0;
-    };
-    // A tid reused by another Python process before the next drain: its
-    // `PyThreadState` address means nothing in this one.
-    if thread.tgid != tgid {
-        return 0;
-    }
-    let tstate = thread.state;
     let Some(stack) = PY_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
@@ -121,6 +128,17 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -
     stack.len = len;
     hash ^= u64::from(stack.truncated);
     stacks.file(hash, stack)
+}
+
+/// The offsets of followed process `tgid` and the `PyThreadState` address
+/// of its registered thread `tid`.
+#[inline(always)]
+fn followed_thread(tgid: u32, tid: u32) -> Option<(&'static PythonOffsets, u64)> {
+    let offsets = unsafe { PY_PROCS.get(&tgid) }?;
+    let thread = unsafe { PY_THREADS.get(&tid) }?;
+    // A tid reused by another Python process before the next drain: its
+    // `PyThreadState` address means nothing in this one.
+    (thread.tgid == tgid).then_some((offsets, thread.state))
 }
 
 /// What the walk reads of one frame.
@@ -226,5 +244,78 @@ fn first_frame(offsets: &PythonOffsets, tstate: u64) -> u64 {
         read_u64(frame + u64::from(offsets.cframe_current_frame))
     } else {
         frame
+    }
+}
+
+/// A process forks (`sched_process_fork(struct task_struct *parent, struct
+/// task_struct *child)`, in the context of the forking thread, before the
+/// child first runs): the child of a followed CPython, forked by a
+/// registered thread, is followed at once, with the parent's offsets and
+/// that thread's `PyThreadState` as its main thread's.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn python_fork(ctx: BtfTracePointContext) -> i32 {
+    if TASK_STRUCT_PID_OFFSET.load() == 0 {
+        return 0;
+    }
+    let child: *const task_struct = ctx.arg(1);
+    let (child_pid, child_tgid) = (task::pid(child), task::tgid(child));
+    if child_pid != child_tgid {
+        // A new thread: userspace registers a process's threads.
+        return 0;
+    }
+    let current = bpf_get_current_pid_tgid();
+    let Some((offsets, state)) = followed_thread((current >> 32) as u32, current as u32) else {
+        return 0;
+    };
+    let offsets = *offsets;
+    // Over whatever an exited process of the same id left: the id is the
+    // child's now.
+    if PY_PROCS
+        .insert(&child_tgid, &offsets, BPF_ANY.into())
+        .is_err()
+    {
+        return 0;
+    }
+    let _ = PY_FORKED.insert(&child_tgid, &1, BPF_ANY.into());
+    let main = RuntimeThread {
+        tgid: child_tgid,
+        _pad: 0,
+        state,
+    };
+    let _ = PY_THREADS.insert(&child_pid, &main, BPF_ANY.into());
+    0
+}
+
+/// A process runs a new program (`sched_process_exec`, in its context): one
+/// followed since its fork is no longer that Python.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn python_exec(_ctx: BtfTracePointContext) -> i32 {
+    forget_forked((bpf_get_current_pid_tgid() >> 32) as u32);
+    0
+}
+
+/// A thread exits (`sched_process_exit`, in its context): the main thread
+/// of a process followed since its fork takes the process's entries along.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn python_exit(_ctx: BtfTracePointContext) -> i32 {
+    let current = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((current >> 32) as u32, current as u32);
+    if tgid == tid {
+        forget_forked(tgid);
+    }
+    0
+}
+
+/// Removes what `python_fork` put in the maps for process `tgid`, unless
+/// userspace has taken it over.
+#[inline(always)]
+fn forget_forked(tgid: u32) {
+    if unsafe { PY_FORKED.get(&tgid) }.is_none() {
+        return;
+    }
+    let _ = PY_FORKED.remove(&tgid);
+    let _ = PY_PROCS.remove(&tgid);
+    if unsafe { PY_THREADS.get(&tgid) }.is_some_and(|thread| thread.tgid == tgid) {
+        let _ = PY_THREADS.remove(&tgid);
     }
 }

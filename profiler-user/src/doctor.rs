@@ -44,6 +44,14 @@ fn tracepoints() -> String {
             "task_rename",
             "thread names of JVMs without the rename symbol",
         ),
+        (
+            "sched_process_fork",
+            "Python frames of forked children from their fork",
+        ),
+        (
+            "sched_process_exec",
+            "Python frames of forked children from their fork",
+        ),
     ];
     let missing: Vec<String> = uses
         .iter()
@@ -55,7 +63,10 @@ fn tracepoints() -> String {
         Err(err) => format!("{err}: renames of a thread by another one are lost"),
     };
     if missing.is_empty() {
-        format!("by BTF (sched_switch, sched_process_exit, task_rename; {pid}); {tracefs}")
+        format!(
+            "by BTF (sched_switch, sched_process_exit, task_rename, sched_process_fork, \
+             sched_process_exec; {pid}); {tracefs}"
+        )
     } else {
         format!("by BTF: {}; {pid}; {tracefs}", missing.join(", "))
     }

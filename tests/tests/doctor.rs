@@ -58,7 +58,7 @@ fn doctor_reports_host_facts_and_jvms() {
     let tracepoints = value("tracepoints");
     assert!(
         tracepoints
-            .contains("by BTF (sched_switch, sched_process_exit, task_rename; task_struct.pid at "),
+            .contains("by BTF (sched_switch, sched_process_exit, task_rename, sched_process_fork, sched_process_exec; task_struct.pid at "),
         "{tracepoints}"
     );
     assert!(tracepoints.contains("tracefs"), "{tracepoints}");

@@ -355,6 +355,45 @@ fn python_processes_that_come_and_go() {
     assert!(chained >= 50, "survivor: {chained} chained samples");
 }
 
+/// The children a followed Python forks have their Python frames from
+/// their start (a PySpark daemon forks its workers busy from theirs), not
+/// from the first drain that sees them.
+#[test]
+fn forked_children_have_python_frames_from_their_start() {
+    require_root();
+    let (version, python) = interpreters().pop().unwrap();
+    let recorder = Recorder::start(&[]);
+    // Busy 2 s first, so that a drain follows it before it forks.
+    let parent = py_chain(&python, "forks", 2.0);
+    let out = parent.wait();
+    let recording = recorder.stop_with(libc::SIGINT);
+    recording.assert_ok();
+    let children: Vec<u32> = out
+        .lines()
+        .filter_map(|line| line.strip_prefix("child "))
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    assert_eq!(children.len(), 3, "{out}");
+    for child in children {
+        let stacks = cpu_stacks(&recording, child);
+        let total: u64 = stacks.iter().map(|s| s.count).sum();
+        let chained: u64 = stacks
+            .iter()
+            .filter(|s| has_chain(s, &["forked", "outer", "middle", "inner"]))
+            .map(|s| s.count)
+            .sum();
+        eprintln!("Python {version}: child {child}: {chained} of {total} samples chained");
+        // 2.5 s busy at 99 Hz.
+        assert!(total >= 150, "child {child}: {total} samples");
+        // Followed from the first drain on, its first half second or so
+        // (a fifth of them) had no Python frames.
+        assert!(
+            chained * 100 >= total * 95,
+            "child {child}: {chained} of {total} samples chained"
+        );
+    }
+}
+
 /// py-spy from PyPI, installed by `cargo xtask test` (pinned) into the
 /// Spark venv named by `SPARKPROF_SPARK_VENV`.
 fn py_spy() -> PathBuf {

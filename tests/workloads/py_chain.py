@@ -9,6 +9,10 @@ usage: python py_chain.py MODE SECONDS
   sleeper  the main thread sleeps in nap (for the attach and exit tests)
   mix      one thread splits its time about 50/30/20 between alpha, beta
            and gamma (for comparing shares with another profiler)
+  forks    the main thread runs outer -> middle -> inner for SECONDS, then
+           forks three children one after another, each busy 2.5 s in
+           forked -> outer -> middle -> inner and then asleep 1.5 s (named
+           while alive); prints "child PID" for each
 
 Prints "ready" once every thread runs, then works for SECONDS.
 """
@@ -90,6 +94,23 @@ def mix(deadline):
         gamma()
 
 
+def forked(deadline):
+    return outer(deadline)
+
+
+def fork_children():
+    import os
+
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            forked(time.time() + 2.5)
+            time.sleep(1.5)
+            os._exit(0)
+        print("child %d" % pid, flush=True)
+        os.waitpid(pid, 0)
+
+
 def nap(deadline):
     while time.time() < deadline:
         time.sleep(0.05)
@@ -147,6 +168,9 @@ def main():
         mix(deadline)
     elif mode == "subinterp":
         nap(deadline)
+    elif mode == "forks":
+        outer(deadline)
+        fork_children()
     else:
         sys.exit("unknown mode " + mode)
     for thread in threads:

@@ -35,7 +35,8 @@
 //!   stand-in, reports full names with epochs;
 //! - [`python`]: `off_cpu_python_frames`: sleeps of a thread registered with
 //!   a fake CPython 3.13 thread state carry its fake frame chain;
-//!   `python_*`: the on-CPU walker follows fake CPython thread states and
+//!   `python_forked_child`: a child forked by such a thread is walked from
+//!   its fork on, before any drain; `python_*`: the on-CPU walker follows fake CPython thread states and
 //!   frame chains (every layout, shim frames, truncation) in this process.
 //!
 //! Each check prints `PASS name: details` or `FAIL name: reason`, then a
@@ -110,7 +111,7 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 14] = [
+    let checks: [(&str, Check); 15] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
@@ -139,6 +140,7 @@ fn main() -> ExitCode {
             off_cpu::check_off_cpu_page_fault_waits,
         ),
         ("off_cpu_python_frames", python::check_off_cpu_python),
+        ("python_forked_child", python::check_python_forked_child),
         (
             "python_thread_of_another_process",
             python::check_python_thread_of_another_process,
@@ -232,7 +234,8 @@ fn load(report: &mut Report, pid: u32) -> (Option<Collector>, bool) {
                     "every program loaded and attached in {:.2} s (sample_on_cpu on every CPU \
                      with hotspot_walk and hotspot_finish in its tail-call slots, \
                      jvm_thread_name, task_rename, sched_switch, sched_process_exit, \
-                     task_newtask; the mark_watched_threads iterator run)",
+                     task_newtask, python_fork, python_exec, python_exit; the \
+                     mark_watched_threads iterator run)",
                     started.elapsed().as_secs_f64()
                 )),
             );

@@ -2,6 +2,10 @@
 //! chains ([`crate::fake_python`]) followed on the CPU and off it.
 
 use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -14,10 +18,12 @@ use crate::{
     workload::{self, Worker},
 };
 
-/// A thread registered with a fake CPython 3.13 thread state sleeps 20 x
-/// 50 ms: the off-CPU program walks its fake frames as it leaves the CPU,
-/// and its time asleep carries them.
-pub fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<String, String> {
+/// The first fake thread case, its offsets given to the collector for
+/// process `pid`.
+fn follow_first_case(
+    collector: &mut Collector,
+    pid: u32,
+) -> Result<fake_python::FakeThread, String> {
     let case = fake_python::FakeThread::cases()
         .into_iter()
         .next()
@@ -25,6 +31,14 @@ pub fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<Strin
     collector
         .watch_python(pid, &case.offsets)
         .map_err(|err| format!("watch_python: {err}"))?;
+    Ok(case)
+}
+
+/// A thread registered with a fake CPython 3.13 thread state sleeps 20 x
+/// 50 ms: the off-CPU program walks its fake frames as it leaves the CPU,
+/// and its time asleep carries them.
+pub fn check_off_cpu_python(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    let case = follow_first_case(collector, pid)?;
     drain(collector)?;
     let sleeper = Worker::spawn(|_| workload::sleep_in_nanosleep(20, Duration::from_millis(50)));
     collector.set_python_threads(pid, &[case.thread(sleeper.tid)]);
@@ -91,6 +105,74 @@ pub fn check_python(
         "{matching} of {total} samples carry the {} fake frames{} exactly",
         case.expected.len(),
         if case.truncated { " (truncated)" } else { "" }
+    ))
+}
+
+/// A registered thread of a followed process forks: the kernel follows the
+/// child from its fork on, its main thread with the forking thread's state
+/// (the child's memory is a copy of the parent's), with no drain between,
+/// and forgets it as it exits. (The child is not sampled here: the
+/// collector samples only this process; `tests/` records a real CPython's
+/// forked children whole-host.)
+pub fn check_python_forked_child(collector: &mut Collector, pid: u32) -> Result<String, String> {
+    let case = follow_first_case(collector, pid)?;
+    let registered = Arc::new(AtomicBool::new(false));
+    let child = Arc::new(AtomicU32::new(0));
+    let (go, forked) = (Arc::clone(&registered), Arc::clone(&child));
+    let forker = Worker::spawn(move |_| {
+        while !go.load(Ordering::Acquire) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: the child only sleeps and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let nap = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 500_000_000,
+            };
+            // SAFETY: async-signal-safe calls only, as a forked child of a
+            // threaded process must.
+            unsafe {
+                libc::nanosleep(&nap, std::ptr::null_mut());
+                libc::_exit(0);
+            }
+        }
+        forked.store(pid.max(0) as u32, Ordering::Release);
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    });
+    let state = case.thread(forker.tid).tstate;
+    collector.set_python_threads(pid, &[case.thread(forker.tid)]);
+    registered.store(true, Ordering::Release);
+    let started = Instant::now();
+    let child = loop {
+        let child = child.load(Ordering::Acquire);
+        if child != 0 || started.elapsed() > Duration::from_secs(2) {
+            break child;
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    let alive = collector.python_followed(child, child);
+    forker.finish();
+    let gone = collector.python_followed(child, child);
+    collector.set_python_threads(pid, &[]);
+    if child == 0 {
+        return Err("fork failed".into());
+    }
+    if alive != (true, Some((child, state))) {
+        return Err(format!(
+            "while the child {child} lived the kernel's maps held {alive:?} for it, not \
+             (followed, its main thread at the forking thread's state {state:#x})"
+        ));
+    }
+    if gone != (false, None) {
+        return Err(format!(
+            "after the child {child} exited the kernel's maps still held {gone:?} for it"
+        ));
+    }
+    Ok(format!(
+        "child {child} followed from its fork with state {state:#x}, forgotten at its exit"
     ))
 }
 

@@ -415,7 +415,13 @@ mod tests {
         assert!(kernel.task_storage().unwrap() > tgid);
         assert!(pid > 0, "task_struct.pid at {pid}");
         assert_eq!(tgid, pid + 4);
-        for event in ["sched_switch", "sched_process_exit", "task_rename"] {
+        for event in [
+            "sched_switch",
+            "sched_process_exit",
+            "task_rename",
+            "sched_process_fork",
+            "sched_process_exec",
+        ] {
             assert!(kernel.has_tracepoint(event), "no btf_trace_{event}");
         }
         assert!(!kernel.has_tracepoint("no_such_event"));

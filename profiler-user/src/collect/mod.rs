@@ -422,7 +422,7 @@ impl Collector {
         if renames.tracepoint_attached() {
             set_control(&mut active_buffer, control::COMM_KEPT, 1)?;
         }
-        let python = PythonMaps::take(&mut ebpf)?;
+        let python = PythonMaps::load(&mut ebpf, btf.as_ref())?;
         let hotspot = HotspotMaps::load(&mut ebpf)?;
         let off_cpu = match (&off_cpu_globals, &config.off_cpu) {
             (Some(globals), Some(off_cpu)) => Some(OffCpuRecorder::load(
@@ -573,6 +573,12 @@ impl Collector {
             off_cpu.follow_python(pid);
         }
         self.processes_changed()
+    }
+
+    /// What the kernel's Python maps hold for process `pid` and thread
+    /// `tid` (see [`PythonMaps::followed`]).
+    pub fn python_followed(&self, pid: u32, tid: u32) -> (bool, Option<(u32, u64)>) {
+        self.python.followed(pid, tid)
     }
 
     /// Replaces the threads of a followed CPython process: (tid,

@@ -7,12 +7,19 @@
 //! `PyThreadState` address; the sampler then records (code object,
 //! instruction) pairs for samples of those threads, double-buffered like
 //! the native stacks.
+//!
+//! A followed process's children are followed from their fork on by the
+//! kernel itself (the eBPF crate's `python_fork`): the child's first drain
+//! finds its samples already with Python frames, and userspace takes it
+//! over as it follows it ([`PythonMaps::watch`]).
 
 use aya::{
-    Ebpf,
+    Btf, Ebpf,
     maps::{HashMap, MapData},
+    programs::BtfTracePoint,
 };
 use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, names};
+use tracing::warn;
 
 use super::{CollectError, pooled::PooledStacks, take_map, threads::FollowedThreads};
 
@@ -47,28 +54,43 @@ impl RawPythonStack {
 /// The Python maps of the loaded programs.
 pub struct PythonMaps {
     processes: HashMap<MapData, u32, PythonOffsets>,
+    /// Processes the kernel follows since their fork (see the module doc).
+    forked: HashMap<MapData, u32, u8>,
     /// Each followed process's threads: host tid → `PyThreadState*`.
     threads: FollowedThreads,
     stacks: PooledStacks<PythonStack>,
 }
 
 impl PythonMaps {
-    pub fn take(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
+    /// Takes the maps, and attaches the programs that follow forked
+    /// children (by the kernel's `btf`; without them a child is followed
+    /// from the first drain that sees it).
+    pub fn load(ebpf: &mut Ebpf, btf: Result<&Btf, &String>) -> Result<Self, CollectError> {
+        if let Err(reason) = attach_fork_programs(ebpf, btf) {
+            warn!(
+                "forked Python processes are followed from the next drain, not their fork: {reason}"
+            );
+        }
         Ok(Self {
             processes: take_map(ebpf, names::PY_PROCS)?,
+            forked: take_map(ebpf, names::PY_FORKED)?,
             threads: FollowedThreads::take(ebpf, names::PY_THREADS)?,
             stacks: PooledStacks::take(ebpf, names::PY_STACKS)?,
         })
     }
 
     /// Follows process `pid`'s Python frames, with its version's offsets.
+    /// A process the kernel followed since its fork is userspace's from now
+    /// on: the kernel no longer forgets it at its exit.
     pub fn watch(&mut self, pid: u32, offsets: &PythonOffsets) -> Result<(), CollectError> {
         self.processes
             .insert(&pid, offsets, 0)
             .map_err(|source| CollectError::Map {
                 name: names::PY_PROCS,
                 source,
-            })
+            })?;
+        let _ = self.forked.remove(&pid);
+        Ok(())
     }
 
     /// Replaces process `pid`'s threads by `threads`, writing only what
@@ -78,6 +100,13 @@ impl PythonMaps {
             pid,
             threads.iter().map(|thread| (thread.tid, thread.tstate)),
         );
+    }
+
+    /// Whether the kernel follows process `pid`'s Python frames (userspace
+    /// told it, or it forked from a followed process), and its thread
+    /// `tid`'s entry (its process and `PyThreadState` address).
+    pub fn followed(&self, pid: u32, tid: u32) -> (bool, Option<(u32, u64)>) {
+        (self.processes.get(&pid, 0).is_ok(), self.threads.entry(tid))
     }
 
     pub fn held(&self, held: &mut crate::sys::held::Held) {
@@ -99,4 +128,25 @@ impl PythonMaps {
         let taken = self.stacks.take_buffer(idle, RawPythonStack::from_kernel);
         move |hash| taken.get(hash)
     }
+}
+
+/// Loads and attaches the fork, exec and exit programs of forked children.
+fn attach_fork_programs(ebpf: &mut Ebpf, btf: Result<&Btf, &String>) -> Result<(), String> {
+    let btf = btf.map_err(|reason| reason.clone())?;
+    for (name, event) in [
+        (names::PROGRAM_PYTHON_FORK, "sched_process_fork"),
+        (names::PROGRAM_PYTHON_EXEC, "sched_process_exec"),
+        (names::PROGRAM_PYTHON_EXIT, "sched_process_exit"),
+    ] {
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("no program {name}"))?
+            .try_into()
+            .map_err(|err| format!("{name}: {err}"))?;
+        program
+            .load(event, btf)
+            .and_then(|()| program.attach().map(drop))
+            .map_err(|err| format!("{event} BTF tracepoint not attached: {err}"))?;
+    }
+    Ok(())
 }

@@ -65,6 +65,12 @@ impl FollowedThreads {
         self.registered.insert(pid, registered);
     }
 
+    /// The kernel's entry for thread `tid`: its process and state address.
+    pub fn entry(&self, tid: u32) -> Option<(u32, u64)> {
+        let thread = self.map.get(&tid, 0).ok()?;
+        Some((thread.tgid, thread.state))
+    }
+
     /// Removes every thread of process `pid` (it exited).
     pub fn forget(&mut self, pid: u32) {
         for tid in self.registered.remove(&pid).unwrap_or_default().into_keys() {
