@@ -35,9 +35,11 @@
 //!   stand-in, reports full names with epochs;
 //! - [`python`]: `off_cpu_python_frames`: sleeps of a thread registered with
 //!   a fake CPython 3.13 thread state carry its fake frame chain;
-//!   `python_forked_child`: a child forked by such a thread is walked from
-//!   its fork on, before any drain; `python_*`: the on-CPU walker follows fake CPython thread states and
-//!   frame chains (every layout, shim frames, truncation) in this process.
+//!   `python_forked_child`: a child forked by such a thread is in the
+//!   kernel's Python maps from its fork on, before any drain, and out of
+//!   them after its exit; `python_*`: the on-CPU walker follows fake
+//!   CPython thread states and frame chains (every layout, shim frames,
+//!   truncation) in this process.
 //!
 //! Each check prints `PASS name: details` or `FAIL name: reason`, then a
 //! summary line; the exit status is 1 if any check failed.
