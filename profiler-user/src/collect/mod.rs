@@ -847,6 +847,20 @@ where
     T::try_from(map).map_err(|source| CollectError::Map { name, source })
 }
 
+/// The program `name` of `ebpf`, as its type.
+pub(crate) fn program<'a, P>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut P, CollectError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(CollectError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| CollectError::Program { name, source })
+}
+
 /// A stack from a stack map by the id (or negative errno) a program stored.
 pub(crate) fn stack_from_map(map: &StackTraceMap<MapData>, id: i32, depth: usize) -> RawStack {
     if id < 0 {

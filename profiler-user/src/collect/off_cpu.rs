@@ -23,7 +23,7 @@ use std::{
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, RingBuf},
-    programs::{BtfTracePoint, Iter, Program, ProgramError},
+    programs::{BtfTracePoint, Iter, ProgramError},
 };
 use profiler_common::{
     MAX_OFFCPU_SLOTS, NewStack, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
@@ -33,7 +33,7 @@ use tracing::{debug, warn};
 
 use super::{
     CollectError, RawPythonStack, RawSample, RawStack, SampleKind, bounded::TwoGenerations,
-    comm_to_string, hold::OffCpuHold, take_map,
+    comm_to_string, hold::OffCpuHold, program, take_map,
 };
 
 /// What the off-CPU recorder counts.
@@ -584,17 +584,6 @@ fn attach_tracepoint(
     tracepoint.load(event, btf).map_err(unavailable)?;
     tracepoint.attach().map_err(unavailable)?;
     Ok(())
-}
-
-/// The program `name` of `ebpf`, as its type.
-fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, CollectError>
-where
-    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
-{
-    ebpf.program_mut(name)
-        .ok_or(CollectError::MissingProgram(name))?
-        .try_into()
-        .map_err(|source| CollectError::Program { name, source })
 }
 
 #[cfg(test)]
