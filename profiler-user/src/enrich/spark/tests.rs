@@ -324,54 +324,44 @@ fn classifies_this_process_and_missing_ones() {
     }
 }
 
-/// Polls `f` for up to 10 s.
-fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_secs(10) {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    None
-}
-
 #[test]
 fn classifies_a_live_pyspark_daemon_and_its_forked_worker() {
+    use std::io::BufRead;
     // A stand-in `pyspark.daemon` module that forks one "worker", as the
-    // real daemon does; the worker exits when its parent does.
+    // real daemon does, and prints the worker's pid once it has; the worker
+    // exits when its parent does. The pids come from the daemon itself, not
+    // from polling /proc: `python3` may be a shim (pyenv's is a shell script
+    // whose subshells are children of the same pid before it execs Python).
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("pyspark")).unwrap();
     std::fs::write(dir.path().join("pyspark/__init__.py"), "").unwrap();
     std::fs::write(
         dir.path().join("pyspark/daemon.py"),
-        "import os, time\nparent = os.getpid()\nif os.fork() == 0:\n    while os.getppid() == parent:\n        time.sleep(0.05)\nelse:\n    time.sleep(60)\n",
+        "import os, time\nparent = os.getpid()\nworker = os.fork()\nif worker == 0:\n    while os.getppid() == parent:\n        time.sleep(0.05)\nelse:\n    print(parent, worker, flush=True)\n    time.sleep(60)\n",
     )
     .unwrap();
     let mut daemon = std::process::Command::new("python3")
         .args(["-m", "pyspark.daemon"])
         .env("PYTHONPATH", dir.path())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3 is required by this test (the machine has one)");
-    let pid = daemon.id();
-    // Until it has exec'd, the child is a copy of this test binary.
-    let daemon_role = wait_for(|| {
-        let got = classify_pid(pid);
-        (got.role != Role::Other).then_some(got)
-    });
-    let worker_pid = wait_for(|| {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .ok()?
-            .split_whitespace()
-            .next()?
-            .parse::<u32>()
-            .ok()
-    });
-    let worker_role = worker_pid.map(classify_pid);
+    let mut line = String::new();
+    std::io::BufReader::new(daemon.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    let roles: Vec<SparkProcess> = pids.iter().map(|&pid| classify_pid(pid)).collect();
     let _ = daemon.kill();
     let _ = daemon.wait();
-    assert_eq!(daemon_role, Some(spark(Role::PysparkDaemon, None, None)));
-    assert_eq!(worker_role, Some(spark(Role::PysparkWorker, None, None)));
+    assert_eq!(pids.len(), 2, "the daemon printed {line:?}");
+    // Whatever ran first under the spawned pid, it is the daemon now.
+    assert_eq!(pids[0], daemon.id());
+    assert_eq!(roles[0], spark(Role::PysparkDaemon, None, None));
+    assert_eq!(roles[1], spark(Role::PysparkWorker, None, None));
 }
 
 #[test]
