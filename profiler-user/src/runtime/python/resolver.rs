@@ -185,7 +185,9 @@ impl PythonProcess {
                 debug!(pid, module = %path, "no mapping of the module matches its segments");
                 continue;
             };
-            let memory = Memory::new(pid);
+            // Not pinned: CPython processes fork (PySpark's daemon, its
+            // workers), and a pinned read copies each shared page read.
+            let memory = Memory::unpinned(pid);
             let runtime = runtime.wrapping_add(bias);
             let name = module::file_name(&path);
             let from_name = module::version_from_file_name(name);
@@ -243,13 +245,13 @@ impl PythonProcess {
                 module: PathBuf::from(path),
                 runtime,
                 offsets,
+                cached: CachedMemory::new(memory.clone()),
                 reader: ObjectReader {
                     pid,
                     memory,
                     offsets,
                     types,
                 },
-                cached: CachedMemory::new(memory),
                 pthread_tid_offset: AtomicU32::new(PY_NO_OFFSET),
                 last_threads: Mutex::new(None),
                 codes: HashMap::new(),
@@ -595,7 +597,7 @@ impl PythonProcess {
             })
             .map(|(&code, &header)| (code, header))
             .collect();
-        let reader = self.reader;
+        let reader = &self.reader;
         self.cached.prefetch_rounds(fresh, |held, (code, header)| {
             // What it reads is all that matters here.
             let _ = reader.through(held).read_code(*code, header);

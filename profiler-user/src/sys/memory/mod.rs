@@ -1,11 +1,18 @@
-//! Reading another process's memory (`process_vm_readv`), for the runtimes
-//! that name frames from the interpreter's or VM's own structures (CPython's
-//! code objects, HotSpot's `Method`s). Everything read is treated as
-//! hostile: a read of memory that is not there fails, nothing panics.
+//! Reading another process's memory (`process_vm_readv`, or its
+//! `/proc/PID/mem`), for the runtimes that name frames from the
+//! interpreter's or VM's own structures (CPython's code objects, HotSpot's
+//! `Method`s). Everything read is treated as hostile: a read of memory that
+//! is not there fails, nothing panics.
 
 mod pool;
 
-use std::{io, mem::MaybeUninit};
+use std::{
+    fs::File,
+    io,
+    mem::MaybeUninit,
+    os::{fd::AsRawFd, unix::fs::FileExt},
+    sync::Arc,
+};
 
 use thiserror::Error;
 
@@ -102,16 +109,48 @@ fn in_user_space(addr: u64, len: usize) -> bool {
             .is_some_and(|end| end <= 1 << 63)
 }
 
-/// Reads another process's memory with `process_vm_readv` (one system call
-/// per read, no stop of the target).
-#[derive(Debug, Clone, Copy)]
+/// Reads another process's memory without stopping it: with
+/// `process_vm_readv` (one system call for many ranges), or for a process
+/// that may share its memory copy-on-write, through its `/proc/PID/mem`
+/// (see [`Memory::unpinned`]).
+#[derive(Debug, Clone)]
 pub struct Memory {
     pid: u32,
+    /// The process's `/proc/PID/mem`, if read through it.
+    mem: Option<Arc<File>>,
 }
 
 impl Memory {
+    /// Reads with `process_vm_readv`.
     pub fn new(pid: u32) -> Self {
-        Self { pid }
+        Self { pid, mem: None }
+    }
+
+    /// Reads through `/proc/PID/mem`, which takes a reference to each page
+    /// it copies, where `process_vm_readv` pins it: and the kernel copies a
+    /// page of anonymous memory that may be shared copy-on-write before it
+    /// lets it be pinned (`FAULT_FLAG_UNSHARE`). A process that forked, or
+    /// was forked and did not exec (PySpark's daemon and each of its
+    /// workers), shares most of its memory so: every page read with
+    /// `process_vm_readv` was copied in the profiled process, its memory
+    /// grew by it, and the copying was 5.4 % of sparkprof's CPU over a
+    /// testbed job with `--off-cpu`. A read here costs a system call per
+    /// range, so this is for processes read in few ranges (CPython's are:
+    /// mostly one block each). The file holds the process's memory as it
+    /// was opened: after an exec, or once the process is gone, reads find
+    /// it [`MemoryError::Gone`], never another process's with its pid.
+    /// `process_vm_readv` if the file cannot be opened.
+    pub fn unpinned(pid: u32) -> Self {
+        match File::open(format!("/proc/{pid}/mem")) {
+            Ok(file) => Self {
+                pid,
+                mem: Some(Arc::new(file)),
+            },
+            Err(err) => {
+                tracing::debug!(pid, "/proc/PID/mem not opened ({err}): process_vm_readv");
+                Self::new(pid)
+            }
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -185,6 +224,9 @@ impl Memory {
                 }),
             }
         }
+        if let Some(mem) = &self.mem {
+            return self.read_ranges(mem, &local, &remote, blocks[0], len);
+        }
         // SAFETY: `local` describes pieces of `room`, valid and writable
         // (if not initialised) for their lengths for the duration of the
         // call, which sum to the remote lengths' sum; `remote` is only
@@ -203,6 +245,65 @@ impl Memory {
             return Err(self.failed(blocks[0], len));
         }
         Ok(read as usize / len)
+    }
+
+    /// [`Self::read_blocks`] through `/proc/PID/mem`: the remote ranges one
+    /// `preadv` each, into the local pieces in order, until one is short.
+    fn read_ranges(
+        &self,
+        mem: &File,
+        local: &[libc::iovec],
+        remote: &[libc::iovec],
+        first: u64,
+        len: usize,
+    ) -> Result<usize, MemoryError> {
+        let (mut piece, mut into_piece) = (0, 0);
+        let mut read = 0;
+        let mut iovs: Vec<libc::iovec> = Vec::new();
+        for range in remote {
+            // The local room for this range: what is left of the current
+            // piece, and the pieces after it, up to the range's length.
+            iovs.clear();
+            let mut wanted = range.iov_len;
+            while wanted > 0 {
+                let at = &local[piece];
+                let take = (at.iov_len - into_piece).min(wanted);
+                iovs.push(libc::iovec {
+                    // SAFETY: within the piece `at` describes.
+                    iov_base: unsafe { at.iov_base.cast::<u8>().add(into_piece) }.cast(),
+                    iov_len: take,
+                });
+                wanted -= take;
+                into_piece += take;
+                if into_piece == at.iov_len {
+                    (piece, into_piece) = (piece + 1, 0);
+                }
+            }
+            // SAFETY: `iovs` describe parts of `local`'s pieces (see
+            // `read_blocks`), as long as the range; the offset is an address
+            // in user space, which `/proc/PID/mem` takes as it is.
+            let got = unsafe {
+                libc::preadv(
+                    mem.as_raw_fd(),
+                    iovs.as_ptr(),
+                    iovs.len() as libc::c_int,
+                    range.iov_base as libc::off_t,
+                )
+            };
+            match got {
+                // The process's memory is gone (it exited, or exec'd).
+                0 => return Err(MemoryError::Gone { pid: self.pid }),
+                got if got < 0 && read == 0 => return Err(self.failed(first, len)),
+                got if got < 0 => break,
+                got => {
+                    read += got as usize;
+                    if (got as usize) < range.iov_len {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(read / len)
     }
 
     /// `len` bytes at each of `addrs`, in as few system calls as it takes
@@ -268,6 +369,21 @@ impl ReadMemory for Memory {
         // Reject garbage without a system call.
         if !in_user_space(addr, len) {
             return Err(self.fault(addr, len, io::Error::from_raw_os_error(libc::EFAULT)));
+        }
+        if let Some(mem) = &self.mem {
+            return match mem.read_at(buf, addr) {
+                Ok(0) => Err(MemoryError::Gone { pid: self.pid }),
+                Ok(read) if read == len => Ok(()),
+                Ok(read) => Err(self.fault(
+                    addr,
+                    len,
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("short read of {read} bytes"),
+                    ),
+                )),
+                Err(err) => Err(self.fault(addr, len, err)),
+            };
         }
         let local = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -456,8 +572,8 @@ impl CachedMemory {
     }
 
     /// The process's memory, read afresh (what changes between drains).
-    pub fn uncached(&self) -> Memory {
-        self.memory
+    pub fn uncached(&self) -> &Memory {
+        &self.memory
     }
 
     /// Forgets every block read (the process may have changed them since).
@@ -664,7 +780,9 @@ mod tests {
     const PAGE: usize = 4096;
 
     /// Three pages of our own memory holding 11, 22 and 33 at their
-    /// starts, page `unreadable` made so: their address.
+    /// starts, page `unreadable` made so: their address. Unreadable for
+    /// both ways of reading: a page of an empty file (`PROT_NONE` would
+    /// not do: `/proc/PID/mem` reads such a page).
     fn three_pages(unreadable: usize) -> u64 {
         let map = unsafe {
             libc::mmap(
@@ -681,19 +799,41 @@ mod tests {
         for (i, value) in [11u64, 22, 33].into_iter().enumerate() {
             unsafe { *((base + (i * PAGE) as u64) as *mut u64) = value };
         }
+        let empty = unsafe { libc::memfd_create(c"empty".as_ptr(), 0) };
+        assert!(empty >= 0);
         let at = (base + (unreadable * PAGE) as u64) as *mut libc::c_void;
-        assert_eq!(unsafe { libc::mprotect(at, PAGE, libc::PROT_NONE) }, 0);
+        let past_the_end = unsafe {
+            libc::mmap(
+                at,
+                PAGE,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                empty,
+                0,
+            )
+        };
+        assert_eq!(past_the_end, at);
+        unsafe { libc::close(empty) };
         base
+    }
+
+    /// Our own memory, read each way.
+    fn both_ways() -> [Memory; 2] {
+        let me = std::process::id();
+        let unpinned = Memory::unpinned(me);
+        assert!(unpinned.mem.is_some(), "/proc/self/mem opens");
+        [Memory::new(me), unpinned]
     }
 
     #[test]
     fn garbage_memory_reads_fail() {
-        let memory = Memory::new(std::process::id());
-        assert!(memory.read_u64(0).is_err());
-        assert!(memory.read_u64(u64::MAX - 3).is_err());
-        assert!(memory.read_u64(8).is_err());
-        let value = 0x1122_3344_5566_7788u64;
-        assert_eq!(memory.read_u64(&value as *const u64 as u64).unwrap(), value);
+        for memory in both_ways() {
+            assert!(memory.read_u64(0).is_err());
+            assert!(memory.read_u64(u64::MAX - 3).is_err());
+            assert!(memory.read_u64(8).is_err());
+            let value = 0x1122_3344_5566_7788u64;
+            assert_eq!(memory.read_u64(&value as *const u64 as u64).unwrap(), value);
+        }
     }
 
     #[test]
@@ -785,8 +925,14 @@ mod tests {
     #[test]
     fn prefetched_blocks_are_held_and_unreadable_ones_left_to_the_read() {
         // Three pages of our own memory, the middle one made unreadable.
+        for memory in both_ways() {
+            prefetched_blocks_are_held(memory);
+        }
+    }
+
+    fn prefetched_blocks_are_held(memory: Memory) {
         let (page, base) = (PAGE, three_pages(1));
-        let cache = CachedMemory::new(Memory::new(std::process::id()));
+        let cache = CachedMemory::new(memory.clone());
         // A read of the middle page comes between the two others: the
         // first and the last are still held, with one system call each at
         // most; garbage is left out.
@@ -806,7 +952,7 @@ mod tests {
         // The unreadable block fails when read, as without the prefetch.
         assert!(cache.read_u64(base + page as u64).is_err());
         // A range across two blocks brings both.
-        let mut across = CachedMemory::new(Memory::new(std::process::id()));
+        let mut across = CachedMemory::new(memory);
         across.prefetch([(base + BLOCK - 4, 8)]);
         assert_eq!(across.len(), 2);
         across.clear();
@@ -911,8 +1057,13 @@ mod tests {
 
     #[test]
     fn read_each_reads_what_it_can_around_what_it_cannot() {
+        for memory in both_ways() {
+            reads_each(&memory);
+        }
+    }
+
+    fn reads_each(memory: &Memory) {
         let (page, base) = (PAGE, three_pages(1));
-        let memory = Memory::new(std::process::id());
         let value = |bytes: &Option<Vec<u8>>| {
             bytes
                 .as_ref()
@@ -933,5 +1084,71 @@ mod tests {
         assert!(read.iter().all(|bytes| bytes.is_some()));
         assert_eq!(value(&read[2048]), Some(33));
         unsafe { libc::munmap(base as *mut _, 3 * page) };
+    }
+
+    /// Whether page `addr` of process `pid` is mapped by it alone (bit 56 of
+    /// its `/proc/PID/pagemap` entry): not while it is shared copy-on-write.
+    fn mapped_alone(pid: u32, addr: u64) -> bool {
+        let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+        let mut entry = [0u8; 8];
+        pagemap
+            .read_exact_at(&mut entry, addr / PAGE as u64 * 8)
+            .unwrap();
+        u64::from_le_bytes(entry) & (1 << 56) != 0
+    }
+
+    #[test]
+    fn unpinned_reads_leave_a_forks_pages_shared_where_pinned_ones_copy_them() {
+        const PAGES: usize = 8;
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGES * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let page = |i: usize| map as u64 + (i * PAGE) as u64;
+        for i in 0..PAGES {
+            unsafe { *(page(i) as *mut u64) = 100 + i as u64 };
+        }
+        // A child that shares them copy-on-write, as a PySpark worker
+        // shares its daemon's memory, and waits (it may only make calls
+        // that are safe after a fork).
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            loop {
+                unsafe { libc::pause() };
+            }
+        }
+        assert!(child > 0);
+        let child = child as u32;
+        let shared_at_first = (0..PAGES).all(|i| !mapped_alone(child, page(i)));
+        let unpinned = Memory::unpinned(child);
+        let read_unpinned: Vec<u64> = (0..PAGES / 2)
+            .map(|i| unpinned.read_u64(page(i)).unwrap())
+            .collect();
+        let pinned = Memory::new(child);
+        let read_pinned: Vec<u64> = (PAGES / 2..PAGES)
+            .map(|i| pinned.read_u64(page(i)).unwrap())
+            .collect();
+        let alone: Vec<bool> = (0..PAGES).map(|i| mapped_alone(child, page(i))).collect();
+        unsafe {
+            libc::kill(child as i32, libc::SIGKILL);
+            libc::waitpid(child as i32, std::ptr::null_mut(), 0);
+            libc::munmap(map, PAGES * PAGE);
+        }
+        assert!(shared_at_first);
+        assert_eq!(read_unpinned, [100, 101, 102, 103]);
+        assert_eq!(read_pinned, [104, 105, 106, 107]);
+        // The pages read through /proc/PID/mem are still shared; those read
+        // with process_vm_readv were copied in the child to be pinned.
+        assert_eq!(alone, [false, false, false, false, true, true, true, true]);
+        // And once the child is gone, its file reads it gone, even though
+        // its pid may be another process's by now.
+        assert!(unpinned.read_u64(page(0)).unwrap_err().is_process_gone());
     }
 }

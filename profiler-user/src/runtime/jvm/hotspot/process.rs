@@ -351,7 +351,7 @@ impl HotspotProcess {
             return Ok(None);
         };
         // Read afresh: the list changes between drains.
-        let Some(threads) = self.threads.changed(&self.memory.uncached(), layout)? else {
+        let Some(threads) = self.threads.changed(self.memory.uncached(), layout)? else {
             return Ok(None);
         };
         let Some((host_ids, read)) = &mut self.host_ids else {
