@@ -223,8 +223,8 @@ pub fn jvms() -> Vec<JvmReport> {
 /// methods), and if not why.
 fn hotspot(pid: u32, maps: &[Mapping]) -> Result<String, String> {
     use crate::runtime::jvm::hotspot::process::HotspotProcess;
-    let process =
-        HotspotProcess::read(pid, Some(maps), Default::default()).map_err(|err| err.to_string())?;
+    let process = HotspotProcess::read(pid, Some(maps), Default::default(), &Default::default())
+        .map_err(|err| err.to_string())?;
     process.proc_info().map_err(|err| err.to_string())?;
     let census = process.census();
     Ok(format!(

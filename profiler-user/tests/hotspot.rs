@@ -24,10 +24,13 @@ use sparkprof::{
         lines::LineLayout,
         names::{NamesRead, method_name},
         threads::{JavaThreads, ThreadLayout, java_thread},
-        vmstructs::VmStructs,
+        vmstructs::{SharedVmStructs, VmStructs},
         walk::{JavaFrame, walk_from_anchor},
     },
-    sys::{memory::Memory, proc::read_maps},
+    sys::{
+        memory::{Memory, MemoryError, ReadMemory},
+        proc::read_maps,
+    },
 };
 
 const HOT: &str = r#"
@@ -414,5 +417,59 @@ fn an_archived_method_has_one_name_in_every_jvm(
             name, same_place,
             "{jdk}: one place in the archive, two names"
         );
+    }
+}
+
+/// Reads of a process's memory, counted.
+struct Counted(Memory, std::cell::Cell<usize>);
+
+impl ReadMemory for Counted {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        self.1.set(self.1.get() + 1);
+        self.0.read(addr, buf)
+    }
+}
+
+/// A second JVM of one libjvm.so is given the tables the first one's read
+/// found, moved to where it loaded the library, with two reads of its
+/// memory: they are what a full read of its own finds.
+#[rstest]
+fn a_second_jvm_of_a_libjvm_has_the_first_ones_tables_moved_to_its_own_place(
+    #[values("java-17-openjdk-amd64", "temurin-25-jdk-amd64")] jdk: &str,
+) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "reading a JVM's memory needs root"
+    );
+    let jvms = [HotJvm::start(jdk), HotJvm::start(jdk)];
+    let shared = SharedVmStructs::default();
+    let mut read = Vec::new();
+    for jvm in &jvms {
+        let pid = jvm.pid();
+        let maps = read_maps(pid).unwrap();
+        let symbols = libjvm::table_symbols_mapped(pid, &maps).unwrap();
+        let file = libjvm::libjvm_file(pid, &maps);
+        assert!(file.is_some(), "{jdk}: libjvm.so's identity");
+        let memory = Counted(Memory::new(pid), Default::default());
+        let tables = shared.read(&memory, &symbols, file).unwrap();
+        let own = VmStructs::read(&Memory::new(pid), &symbols).unwrap();
+        read.push((memory.1.get(), symbols["gHotSpotVMStructs"], tables, own));
+    }
+    let [(first_reads, first_at, ..), (second_reads, second_at, ..)] = &read[..] else {
+        unreachable!()
+    };
+    eprintln!(
+        "{jdk}: {first_reads} reads for the first JVM, {second_reads} for the second; \
+         libjvm.so {:#x} bytes apart",
+        second_at.wrapping_sub(*first_at)
+    );
+    assert_ne!(first_at, second_at, "{jdk}: libjvm.so at one place twice");
+    assert!(*first_reads > 1_000);
+    assert_eq!(*second_reads, 2);
+    assert_eq!(shared.files(), 1);
+    for (_, _, tables, own) in &read {
+        assert!(own.fields.len() > 500);
+        assert_eq!(tables, own);
     }
 }

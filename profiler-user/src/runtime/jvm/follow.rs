@@ -19,6 +19,7 @@ use super::{
         HotspotError,
         archive::SharedArchivedNames,
         process::{HotspotProcess, JavaMethod, RecordedName},
+        vmstructs::SharedVmStructs,
     },
     thread_names::{JvmThreadNames, ThreadStats, dumps::DumpPolicy},
 };
@@ -84,11 +85,14 @@ pub struct JvmRuntime {
     /// Names of the methods of CDS archives, for every JVM (each names an
     /// archived method only if no JVM did).
     archived: SharedArchivedNames,
+    /// The VMStructs of each libjvm.so, for every JVM of it.
+    tables: SharedVmStructs,
 }
 
 impl JvmRuntime {
     pub fn held(&self, held: &mut crate::sys::held::Held) {
         held.add("jvm.walkers", self.walkers.len());
+        held.add("jvm.vmstructs_files", self.tables.files());
         held.add("jvm.walks", self.walks.len());
         held.add(
             "jvm.archived_names",
@@ -124,6 +128,7 @@ impl JvmRuntime {
             compiling: HashSet::new(),
             final_pass: false,
             archived: SharedArchivedNames::default(),
+            tables: SharedVmStructs::default(),
         }
     }
 
@@ -184,7 +189,7 @@ impl JvmRuntime {
     /// handed to the kernel, not ready yet (tried again until
     /// [`HOTSPOT_READY_WITHIN`]), or frame pointers only, and why.
     fn read_walker(&self, pid: u32, maps: Option<&[Mapping]>, collector: &mut Collector) -> Walker {
-        let attempt = HotspotProcess::read(pid, maps, self.archived.clone())
+        let attempt = HotspotProcess::read(pid, maps, self.archived.clone(), &self.tables)
             .and_then(|process| Ok((process.proc_info()?, process)))
             .map_err(|err| (matches!(err, HotspotError::NotReady(_)), err.to_string()))
             .and_then(|(info, process)| {

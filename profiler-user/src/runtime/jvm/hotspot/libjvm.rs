@@ -12,7 +12,7 @@ use object::{
 use super::{HotspotError, vmstructs::TABLE_SYMBOLS};
 use crate::sys::{
     elf::Segments,
-    proc::{self, MapPath},
+    proc::{self, FileId, MapPath},
 };
 
 /// The run-time address of every [`TABLE_SYMBOLS`] variable in process
@@ -20,6 +20,20 @@ use crate::sys::{
 pub fn table_symbols(pid: u32) -> Result<HashMap<String, u64>, HotspotError> {
     let maps = proc::read_maps(pid).map_err(|source| HotspotError::Maps { pid, source })?;
     table_symbols_mapped(pid, &maps)
+}
+
+/// The identity of the libjvm.so process `pid` maps (its first mapping's
+/// file, as the process has it open), if it can be looked at.
+pub fn libjvm_file(pid: u32, maps: &[proc::Mapping]) -> Option<FileId> {
+    let mapping = maps.iter().find(|m| match &m.path {
+        MapPath::File {
+            path,
+            deleted: false,
+        } => path.file_name().is_some_and(|n| n == "libjvm.so"),
+        _ => false,
+    })?;
+    let meta = fs::metadata(proc::map_file(pid, mapping.start, mapping.end)).ok()?;
+    Some(FileId::of(&meta))
 }
 
 /// [`table_symbols`] of process `pid`, whose mappings are `maps`.

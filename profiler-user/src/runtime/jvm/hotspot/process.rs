@@ -29,7 +29,7 @@ use super::{
     lines::LineLayout,
     names::{NamesRead, method_name},
     threads::{self, JavaThreads, ThreadLayout},
-    vmstructs::VmStructs,
+    vmstructs::SharedVmStructs,
 };
 use crate::{
     FastMap,
@@ -270,11 +270,13 @@ impl HotspotProcess {
     /// Reads process `pid`'s VMStructs, the layout sparkprof needs and its
     /// code cache (not ready until the JVM has initialised it).
     /// `maps`: its memory maps if just read (else read here); `archived`:
-    /// the names of archived methods every JVM's reader shares.
+    /// the names of archived methods every JVM's reader shares; `tables`:
+    /// the VMStructs of each libjvm.so read so far.
     pub fn read(
         pid: u32,
         maps: Option<&[Mapping]>,
         archived: SharedArchivedNames,
+        tables: &SharedVmStructs,
     ) -> Result<Self, HotspotError> {
         // The tables' entries and the names they point to lie side by
         // side in libjvm: read a block at a time, not a field or a 64-byte
@@ -282,7 +284,11 @@ impl HotspotProcess {
         let mut memory = CachedMemory::new(Memory::new(pid));
         let maps =
             proc::maps_or_read(pid, maps).map_err(|source| HotspotError::Maps { pid, source })?;
-        let tables = VmStructs::read(&memory, &libjvm::table_symbols_mapped(pid, &maps)?)?;
+        let tables = tables.read(
+            &memory,
+            &libjvm::table_symbols_mapped(pid, &maps)?,
+            libjvm::libjvm_file(pid, &maps),
+        )?;
         let archive = ArchiveRegions::of(pid, &maps);
         let layout = HotspotLayout::from_tables(&tables)?;
         let cache = CodeCache::read(&memory, &layout)?;

@@ -8,11 +8,20 @@
 //! read from the live process (the table pointers and the strings are
 //! relocated there), and bounded: a table that does not end, a stride or
 //! string that makes no sense, is an error, never a hang.
+//!
+//! The tables are the same in every process of one libjvm.so but for where
+//! it was loaded, so what one JVM's read found serves the next JVMs of that
+//! file ([`SharedVmStructs`]): reading them (some 2,000 entries, each with
+//! its names) took about 3.7 ms of sparkprof's CPU for every JVM a Spark
+//! host starts, a thirtieth of its CPU over a testbed job.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use super::HotspotError;
-use crate::sys::memory::ReadMemory;
+use crate::sys::{memory::ReadMemory, proc::FileId};
 
 /// Entries read from one table at most.
 const MAX_ENTRIES: usize = 1 << 15;
@@ -64,7 +73,7 @@ pub struct Field {
 }
 
 /// What the tables say.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VmStructs {
     /// (type, field) → field.
     pub fields: HashMap<(String, String), Field>,
@@ -74,7 +83,92 @@ pub struct VmStructs {
     pub long_constants: HashMap<String, u64>,
 }
 
+/// The tables as one process of a libjvm.so had them, for the next ones.
+#[derive(Debug)]
+struct KnownTables {
+    /// The run-time address of `gHotSpotVMStructs` in that process, and
+    /// the table's address (the variable's value) and its first entry's
+    /// first word (a pointer to a name) there: another process of the file
+    /// has them all moved by the same distance, or it is read afresh.
+    anchor: u64,
+    table: u64,
+    first_word: u64,
+    tables: VmStructs,
+}
+
+/// The VMStructs read from each libjvm.so, by file, for every JVM of it.
+#[derive(Debug, Clone, Default)]
+pub struct SharedVmStructs(Arc<Mutex<HashMap<FileId, Arc<KnownTables>>>>);
+
+/// libjvm.so files whose tables are kept at most (a host has a few JDKs).
+const MAX_KNOWN_FILES: usize = 16;
+
+impl SharedVmStructs {
+    /// The tables of a process of libjvm file `file` (`None`: unknown, read
+    /// and not kept): those another process of the file had, moved to
+    /// where this one loaded it, if its table and first entry are where
+    /// that says; else read from `memory` (see [`VmStructs::read`]) and
+    /// kept for the next.
+    pub fn read(
+        &self,
+        memory: &impl ReadMemory,
+        symbols: &HashMap<String, u64>,
+        file: Option<FileId>,
+    ) -> Result<VmStructs, HotspotError> {
+        let anchor = *symbols
+            .get(TABLE_SYMBOLS[0])
+            .ok_or_else(|| HotspotError::MissingSymbol(TABLE_SYMBOLS[0].to_owned()))?;
+        let known = file.and_then(|file| {
+            let known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            known.get(&file).cloned()
+        });
+        if let Some(known) = known {
+            let moved = anchor.wrapping_sub(known.anchor);
+            let table = memory.read_u64(anchor)?;
+            if table == known.table.wrapping_add(moved)
+                && memory.read_u64(table)? == known.first_word.wrapping_add(moved)
+            {
+                return Ok(known.tables.moved(moved));
+            }
+        }
+        let tables = VmStructs::read(memory, symbols)?;
+        if let Some(file) = file {
+            let table = memory.read_u64(anchor)?;
+            let first_word = memory.read_u64(table)?;
+            let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if known.len() >= MAX_KNOWN_FILES {
+                known.clear();
+            }
+            known.insert(
+                file,
+                Arc::new(KnownTables {
+                    anchor,
+                    table,
+                    first_word,
+                    tables: tables.clone(),
+                }),
+            );
+        }
+        Ok(tables)
+    }
+
+    /// libjvm files whose tables are kept.
+    pub fn files(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
 impl VmStructs {
+    /// These tables for libjvm loaded `moved` bytes from where they were
+    /// read: static fields' addresses move with it; the rest is the file's.
+    fn moved(&self, moved: u64) -> Self {
+        let mut tables = self.clone();
+        for field in tables.fields.values_mut().filter(|f| f.is_static) {
+            field.address = field.address.wrapping_add(moved);
+        }
+        tables
+    }
+
     /// Reads the four tables from `memory`, given the run-time address of
     /// every exported table variable (`symbols`: [`TABLE_SYMBOLS`]).
     pub fn read(
