@@ -412,8 +412,11 @@ impl Running {
     }
 
     /// [`Self::stop`], with sparkprof's `index.json` (`None` for another
-    /// profiler, which writes none) read before its output goes.
-    pub(crate) fn stop_reading_index(mut self) -> Result<(Exit, Option<serde_json::Value>)> {
+    /// profiler, which writes none) read before its output goes, and for a
+    /// recording, what its files name (see [`super::spark::Names`]).
+    pub(crate) fn stop_reading_index(
+        mut self,
+    ) -> Result<(Exit, Option<serde_json::Value>, Option<super::spark::Names>)> {
         unsafe { libc::kill(self.pid(), libc::SIGINT) };
         let (status, usage) = self.wait4()?;
         let lifetime = self.spawned.elapsed();
@@ -424,9 +427,13 @@ impl Running {
                 self.log_tail()
             );
         }
+        let mut names = None;
         let index = match self.profiler.tool {
             Tool::Sparkprof | Tool::SparkprofOffCpu => {
-                Some(sparkprof_index(&self.dir.join(SPARKPROF_OUTPUT))?)
+                let output = self.dir.join(SPARKPROF_OUTPUT);
+                let index = sparkprof_index(&output)?;
+                names = Some(super::spark::Names::read(&output, &index)?);
+                Some(index)
             }
             // Its last window's, written at its stop: the figures of its
             // whole run (`pipeline_cpu`, `stats`) are cumulative.
@@ -442,6 +449,7 @@ impl Running {
                 lifetime,
             },
             index,
+            names,
         ))
     }
 

@@ -139,6 +139,8 @@ pub struct JobRun {
     pub sparkprof_cpu: Option<(Duration, Duration)>,
     /// Where sparkprof's CPU went over its whole run.
     pub stages: Option<SparkprofStages>,
+    /// What its output names, when it is a recording.
+    pub names: Option<Names>,
     /// What sparkprof's BPF programs ran in the kernel while the job ran:
     /// CPU they take from whatever thread they interrupt or trace, the
     /// job's above all.
@@ -230,6 +232,103 @@ impl SparkprofStages {
             share(self.before_s),
             self.after_s,
             share(self.after_s)
+        )
+    }
+}
+
+/// What a recording of the job names, from its files: what a change
+/// that makes sparkprof cheaper must keep (issue 19: the JIT share named,
+/// stage attribution, Python frames).
+#[derive(Clone, Copy, Default)]
+pub struct Names {
+    /// index.json `jit`: Java frames of compiled code, and those named.
+    pub jit_frames: u64,
+    pub jit_named: u64,
+    /// On-CPU samples, and those in a stage's files.
+    pub cpu_samples: u64,
+    pub stage_samples: u64,
+    /// On-CPU samples of Python processes (role `python`, `pyspark-daemon`
+    /// or `pyspark-worker`), and those with a Python frame
+    /// (`function (file.py:line)`) in their stack.
+    pub python_samples: u64,
+    pub python_framed: u64,
+}
+
+impl Names {
+    /// Reads them from the recording in `output`, whose index.json is
+    /// `index`.
+    pub(super) fn read(output: &Path, index: &serde_json::Value) -> Result<Self> {
+        let count = |value: &serde_json::Value, what: &str| {
+            value
+                .as_u64()
+                .with_context(|| format!("index.json has no {what}"))
+        };
+        let mut names = Self {
+            jit_frames: count(&index["jit"]["jit_frames"], "jit.jit_frames")?,
+            jit_named: count(&index["jit"]["jit_frames_named"], "jit.jit_frames_named")?,
+            ..Self::default()
+        };
+        let files = index["files"]
+            .as_array()
+            .context("index.json has no files")?;
+        for file in files.iter().filter(|f| f["kind"] == "cpu") {
+            let samples = count(&file["samples"], "a file's samples")?;
+            names.cpu_samples += samples;
+            if !file["stage_id"].is_null() {
+                names.stage_samples += samples;
+            }
+            let python = matches!(
+                file["role"].as_str(),
+                Some("python" | "pyspark-daemon" | "pyspark-worker")
+            );
+            if !python {
+                continue;
+            }
+            let path = output.join(file["path"].as_str().context("a file without its path")?);
+            let folded =
+                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            for line in folded.lines() {
+                let (stack, samples) = line
+                    .rsplit_once(' ')
+                    .with_context(|| format!("{}: a line without its count", path.display()))?;
+                let samples: u64 = samples.parse()?;
+                names.python_samples += samples;
+                if stack
+                    .split(';')
+                    .any(|frame| frame.contains(".py:") || frame.ends_with(".py)"))
+                {
+                    names.python_framed += samples;
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            jit_frames: self.jit_frames + other.jit_frames,
+            jit_named: self.jit_named + other.jit_named,
+            cpu_samples: self.cpu_samples + other.cpu_samples,
+            stage_samples: self.stage_samples + other.stage_samples,
+            python_samples: self.python_samples + other.python_samples,
+            python_framed: self.python_framed + other.python_framed,
+        }
+    }
+
+    /// `JIT frames named 99.9 % (..), ...`.
+    fn markdown(&self) -> String {
+        format!(
+            "JIT frames named {:.2} % ({} of {}); on-CPU samples in a stage's files {:.1} % \
+             ({} of {}); Python processes' on-CPU samples with a Python frame {:.1} % ({} of {})",
+            pct(self.jit_named, self.jit_frames),
+            self.jit_named,
+            self.jit_frames,
+            pct(self.stage_samples, self.cpu_samples),
+            self.stage_samples,
+            self.cpu_samples,
+            pct(self.python_framed, self.python_samples),
+            self.python_framed,
+            self.python_samples
         )
     }
 }
@@ -339,9 +438,11 @@ pub(super) fn job_pairs_then<T>(
             pause(Duration::from_secs(2))?;
             let job_cpu = group.usage()?.saturating_sub(cluster_before);
             let threads_cpu = exits::by_class(&exits.stop()?);
+            let mut names = None;
             let stages = match (running, window) {
                 (Some(running), Some(window)) => {
-                    let (exit, index) = running.stop_reading_index()?;
+                    let (exit, index, recorded) = running.stop_reading_index()?;
+                    names = recorded;
                     Some(SparkprofStages::read(exit.cpu, window, index.as_ref())?)
                 }
                 _ => None,
@@ -357,6 +458,7 @@ pub(super) fn job_pairs_then<T>(
                 )?,
                 sparkprof_cpu,
                 stages,
+                names,
                 kernel,
                 job_cpu,
                 threads_cpu,
@@ -846,6 +948,31 @@ impl Runtime {
             stages.whole_s,
             stages.markdown()
         );
+        let names: Vec<Names> = r.pairs.iter().filter_map(|p| p.profiled.names).collect();
+        if !names.is_empty() {
+            let per_run: Vec<String> = names
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{:.2} / {:.1} / {:.1}",
+                        pct(n.jit_named, n.jit_frames),
+                        pct(n.stage_samples, n.cpu_samples),
+                        pct(n.python_framed, n.python_samples)
+                    )
+                })
+                .collect();
+            text += &format!(
+                "\nWhat its {} recordings name (their files; what a cheaper sparkprof must keep): {}. \
+                 Per run, JIT named / in a stage / Python framed, %: {}.\n",
+                names.len(),
+                names
+                    .iter()
+                    .copied()
+                    .fold(Names::default(), Names::add)
+                    .markdown(),
+                per_run.join("; ")
+            );
+        }
         text += &r.cpu_markdown();
         text += &if n < 2 {
             "\nWith one pair there is no noise estimate: the ratio may be noise of any size.\n"
@@ -1193,5 +1320,39 @@ mod tests {
     fn the_dump_policy_is_read_from_sparkprofs_source() {
         let (min, safety) = dump_policy().unwrap();
         assert!(min > 0.0 && safety >= min);
+    }
+
+    #[test]
+    fn names_are_counted_from_the_files_of_a_recording() {
+        let dir = std::env::temp_dir().join(format!("sparkprof-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        write("a.folded", "java;Thread.run_[j];Hot.spin_[j] 7\n");
+        write(
+            "b.folded",
+            "python3 [1];_PyEval_EvalFrameDefault;<module> (job.py:3);f (job.py:9) 3\n\
+             python3 [1];_PyEval_EvalFrameDefault 1\n",
+        );
+        write("c.folded", "python3 [2];g (worker.py) 2\n");
+        let index = serde_json::json!({
+            "jit": {"jit_frames": 200, "jit_frames_named": 199},
+            "files": [
+                {"kind": "cpu", "path": "a.folded", "samples": 7, "role": "executor", "stage_id": 3},
+                {"kind": "cpu", "path": "b.folded", "samples": 4, "role": "pyspark-worker", "stage_id": null},
+                {"kind": "cpu", "path": "c.folded", "samples": 2, "role": "python"},
+                {"kind": "offcpu", "path": "none.folded", "samples": 9000, "role": "python"}
+            ]
+        });
+        let names = Names::read(&dir, &index);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let names = names.unwrap();
+        assert_eq!((names.jit_frames, names.jit_named), (200, 199));
+        assert_eq!((names.cpu_samples, names.stage_samples), (13, 7));
+        assert_eq!((names.python_samples, names.python_framed), (6, 5));
+        assert!(
+            names
+                .markdown()
+                .starts_with("JIT frames named 99.50 % (199 of 200)")
+        );
     }
 }
