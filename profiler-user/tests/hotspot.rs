@@ -379,6 +379,16 @@ fn archived_compiled_names(jdk: &str, pid: u32) -> HashMap<ArchivedAt, String> {
         .collect()
 }
 
+/// Two JVMs of `jdk` (reading their memory needs root).
+fn two_jvms(jdk: &str) -> [HotJvm; 2] {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "reading a JVM's memory needs root"
+    );
+    [HotJvm::start(jdk), HotJvm::start(jdk)]
+}
+
 /// Two JVMs of one JDK map its CDS archive, each where it can: a method at
 /// one place in the archive has one name in both, as the names sparkprof
 /// shares between JVMs (`archive::ArchivedNames`) assume.
@@ -386,12 +396,7 @@ fn archived_compiled_names(jdk: &str, pid: u32) -> HashMap<ArchivedAt, String> {
 fn an_archived_method_has_one_name_in_every_jvm(
     #[values("java-17-openjdk-amd64", "temurin-25-jdk-amd64")] jdk: &str,
 ) {
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "reading a JVM's memory needs root"
-    );
-    let jvms = [HotJvm::start(jdk), HotJvm::start(jdk)];
+    let jvms = two_jvms(jdk);
     // Their JDK methods compiled meanwhile.
     std::thread::sleep(Duration::from_secs(3));
     let [one, other] = jvms
@@ -437,12 +442,7 @@ impl ReadMemory for Counted {
 fn a_second_jvm_of_a_libjvm_has_the_first_ones_tables_moved_to_its_own_place(
     #[values("java-17-openjdk-amd64", "temurin-25-jdk-amd64")] jdk: &str,
 ) {
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "reading a JVM's memory needs root"
-    );
-    let jvms = [HotJvm::start(jdk), HotJvm::start(jdk)];
+    let jvms = two_jvms(jdk);
     let shared = SharedVmStructs::default();
     let mut read = Vec::new();
     for jvm in &jvms {

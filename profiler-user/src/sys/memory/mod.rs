@@ -1167,7 +1167,7 @@ mod tests {
     #[test]
     fn batches_shrink_after_a_failure_and_grow_back() {
         // Every other address unreadable, then a long readable stretch.
-        let readable = |addr: u64| addr >= 4_000 || addr % 2 == 0;
+        let readable = |addr: u64| addr >= 4_000 || addr.is_multiple_of(2);
         let addrs: Vec<u64> = (0..12_000).collect();
         let (mut calls, mut passed, mut read) = (0, 0, Vec::new());
         in_batches(&addrs, |offset, batch| {
