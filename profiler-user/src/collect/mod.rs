@@ -861,6 +861,22 @@ where
         .map_err(|source| CollectError::Program { name, source })
 }
 
+/// Loads the BTF tracepoint program `name` of `ebpf` and attaches it to
+/// `event`, by the kernel's `btf` (no tracefs involved). The outer error:
+/// the object has no such program (a build fault); the inner: this kernel
+/// would not load or attach it.
+pub(crate) fn attach_btf_tracepoint(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+    event: &str,
+) -> Result<Result<(), aya::programs::ProgramError>, CollectError> {
+    let tracepoint: &mut aya::programs::BtfTracePoint = program(ebpf, name)?;
+    Ok(tracepoint
+        .load(event, btf)
+        .and_then(|()| tracepoint.attach().map(drop)))
+}
+
 /// A stack from a stack map by the id (or negative errno) a program stored.
 pub(crate) fn stack_from_map(map: &StackTraceMap<MapData>, id: i32, depth: usize) -> RawStack {
     if id < 0 {

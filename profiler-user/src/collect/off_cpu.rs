@@ -23,7 +23,7 @@ use std::{
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, RingBuf},
-    programs::{BtfTracePoint, Iter, ProgramError},
+    programs::{Iter, ProgramError},
 };
 use profiler_common::{
     MAX_OFFCPU_SLOTS, NewStack, OFFCPU_KERNEL_DEPTH, OFFCPU_USER_DEPTH, OFFCPU_WATCHED_PYTHON,
@@ -32,8 +32,8 @@ use profiler_common::{
 use tracing::{debug, warn};
 
 use super::{
-    CollectError, RawPythonStack, RawSample, RawStack, SampleKind, bounded::TwoGenerations,
-    comm_to_string, hold::OffCpuHold, program, take_map,
+    CollectError, RawPythonStack, RawSample, RawStack, SampleKind, attach_btf_tracepoint,
+    bounded::TwoGenerations, comm_to_string, hold::OffCpuHold, program, take_map,
 };
 
 /// What the off-CPU recorder counts.
@@ -575,14 +575,11 @@ fn attach_tracepoint(
     event: &str,
     why: &str,
 ) -> Result<(), CollectError> {
-    let tracepoint: &mut BtfTracePoint = program(ebpf, name)?;
-    let unavailable = |err: ProgramError| {
+    attach_btf_tracepoint(ebpf, btf, name, event)?.map_err(|err| {
         CollectError::OffCpuUnavailable(format!(
             "the {event} BTF tracepoint could not be attached: {err}{why}"
         ))
-    };
-    tracepoint.load(event, btf).map_err(unavailable)?;
-    tracepoint.attach().map_err(unavailable)?;
+    })?;
     Ok(())
 }
 

@@ -16,12 +16,13 @@
 use aya::{
     Btf, Ebpf,
     maps::{HashMap, MapData},
-    programs::BtfTracePoint,
 };
 use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, names};
 use tracing::warn;
 
-use super::{CollectError, pooled::PooledStacks, program, take_map, threads::FollowedThreads};
+use super::{
+    CollectError, attach_btf_tracepoint, pooled::PooledStacks, take_map, threads::FollowedThreads,
+};
 
 /// A CPython thread the sampler follows: its thread id as the host sees
 /// it, and the address of its `PyThreadState`, where the kernel's walk of
@@ -138,10 +139,8 @@ fn attach_fork_programs(ebpf: &mut Ebpf, btf: Result<&Btf, &String>) -> Result<(
         (names::PROGRAM_PYTHON_EXEC, "sched_process_exec"),
         (names::PROGRAM_PYTHON_EXIT, "sched_process_exit"),
     ] {
-        let tracepoint: &mut BtfTracePoint = program(ebpf, name).map_err(|err| err.to_string())?;
-        tracepoint
-            .load(event, btf)
-            .and_then(|()| tracepoint.attach().map(drop))
+        attach_btf_tracepoint(ebpf, btf, name, event)
+            .map_err(|err| err.to_string())?
             .map_err(|err| format!("{event} BTF tracepoint not attached: {err}"))?;
     }
     Ok(())

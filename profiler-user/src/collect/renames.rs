@@ -18,12 +18,12 @@ use std::{
 use aya::{
     Btf, Ebpf,
     maps::{HashMap, MapData, RingBuf},
-    programs::{BtfTracePoint, UProbe, uprobe::UProbeScope},
+    programs::{UProbe, uprobe::UProbeScope},
 };
 use profiler_common::{RenameEvent, THREAD_NAME_LEN, names, rename_source};
 use tracing::{debug, warn};
 
-use super::{CollectError, take_map};
+use super::{CollectError, attach_btf_tracepoint, program, take_map};
 
 /// Where a thread's new name came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,28 +115,15 @@ impl RenameFeed {
     /// Loads the uprobe and the BTF tracepoint (attaching the latter, by the
     /// kernel's `btf`: no tracefs involved).
     pub fn load(ebpf: &mut Ebpf, btf: Result<&Btf, &String>) -> Result<Self, CollectError> {
-        let program_error = |name| move |source| CollectError::Program { name, source };
-        let uprobe: &mut UProbe = ebpf
-            .program_mut(names::PROGRAM_JVM_THREAD_NAME)
-            .ok_or(CollectError::MissingProgram(names::PROGRAM_JVM_THREAD_NAME))?
-            .try_into()
-            .map_err(program_error(names::PROGRAM_JVM_THREAD_NAME))?;
-        uprobe
-            .load()
-            .map_err(program_error(names::PROGRAM_JVM_THREAD_NAME))?;
+        let uprobe: &mut UProbe = program(ebpf, names::PROGRAM_JVM_THREAD_NAME)?;
+        uprobe.load().map_err(|source| CollectError::Program {
+            name: names::PROGRAM_JVM_THREAD_NAME,
+            source,
+        })?;
 
         let tracepoint = match btf {
-            Ok(btf) => {
-                let program: &mut BtfTracePoint = ebpf
-                    .program_mut(names::PROGRAM_TASK_RENAME)
-                    .ok_or(CollectError::MissingProgram(names::PROGRAM_TASK_RENAME))?
-                    .try_into()
-                    .map_err(program_error(names::PROGRAM_TASK_RENAME))?;
-                program
-                    .load("task_rename", btf)
-                    .and_then(|()| program.attach().map(drop))
-                    .map_err(|err| format!("task_rename BTF tracepoint not attached: {err}"))
-            }
+            Ok(btf) => attach_btf_tracepoint(ebpf, btf, names::PROGRAM_TASK_RENAME, "task_rename")?
+                .map_err(|err| format!("task_rename BTF tracepoint not attached: {err}")),
             Err(reason) => Err(format!("task_rename tracepoint not attached: {reason}")),
         };
         if let Err(reason) = &tracepoint {
