@@ -117,6 +117,15 @@ const CHAINS: [&[&str]; 3] = [
     &["worker_b", "spin_b"],
 ];
 
+/// Samples of `stacks` that hold one of `chains` (see [`has_chain`]).
+fn samples_with_chain(stacks: &[Stack], chains: &[&[&str]]) -> u64 {
+    stacks
+        .iter()
+        .filter(|s| chains.iter().any(|chain| has_chain(s, chain)))
+        .map(|s| s.count)
+        .sum()
+}
+
 #[test]
 fn python_call_chains_in_every_version() {
     require_root();
@@ -137,20 +146,10 @@ fn python_call_chains_in_every_version() {
     for (version, workload) in &workloads {
         let stacks = cpu_stacks(&recording, workload.pid());
         let total: u64 = stacks.iter().map(|s| s.count).sum();
-        let chained: u64 = stacks
-            .iter()
-            .filter(|s| CHAINS.iter().any(|chain| has_chain(s, chain)))
-            .map(|s| s.count)
-            .sum();
+        let chained = samples_with_chain(&stacks, &CHAINS);
         let per_chain: Vec<u64> = CHAINS
             .iter()
-            .map(|chain| {
-                stacks
-                    .iter()
-                    .filter(|s| has_chain(s, chain))
-                    .map(|s| s.count)
-                    .sum()
-            })
+            .map(|&chain| samples_with_chain(&stacks, &[chain]))
             .collect();
         // The call sites' lines are exact.
         let lines_right = stacks.iter().filter(|s| has_chain(s, CHAINS[0])).all(|s| {
@@ -342,11 +341,7 @@ fn python_processes_that_come_and_go() {
     );
     // The daemon kept working: the process that stayed has its chains.
     let stacks = cpu_stacks(&recording, survivor.pid());
-    let chained: u64 = stacks
-        .iter()
-        .filter(|s| CHAINS.iter().any(|chain| has_chain(s, chain)))
-        .map(|s| s.count)
-        .sum();
+    let chained = samples_with_chain(&stacks, &CHAINS);
     eprintln!(
         "Python {version}: {} short-lived processes; the survivor has {chained} chained samples",
         short_lived.len()
@@ -377,11 +372,7 @@ fn forked_children_have_python_frames_from_their_start() {
     for child in children {
         let stacks = cpu_stacks(&recording, child);
         let total: u64 = stacks.iter().map(|s| s.count).sum();
-        let chained: u64 = stacks
-            .iter()
-            .filter(|s| has_chain(s, &["forked", "outer", "middle", "inner"]))
-            .map(|s| s.count)
-            .sum();
+        let chained = samples_with_chain(&stacks, &[&["forked", "outer", "middle", "inner"]]);
         eprintln!("Python {version}: child {child}: {chained} of {total} samples chained");
         // 2.5 s busy at 99 Hz.
         assert!(total >= 150, "child {child}: {total} samples");
