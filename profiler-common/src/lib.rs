@@ -328,6 +328,16 @@ pub struct OffCpuKey {
     pub comm: [u8; COMM_LEN],
 }
 
+/// One counted off-CPU period, as the off-CPU program appends it to its
+/// CPU's log (`OFFCPU_LOGS`): userspace adds the periods of a key up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuPeriod {
+    pub key: OffCpuKey,
+    /// Nanoseconds blocked.
+    pub ns: u64,
+}
+
 /// Frames of one user stack of an off-CPU thread.
 pub const OFFCPU_USER_DEPTH: usize = 126;
 
@@ -600,8 +610,21 @@ pub mod names {
     /// The task iterator (`iter/task`) that marks the threads a watched
     /// process already has.
     pub const PROGRAM_MARK_WATCHED: &str = "mark_watched_threads";
-    /// Off-CPU count maps (blocked nanoseconds), one per buffer.
+    /// Off-CPU count maps (blocked nanoseconds), one per buffer: what a
+    /// full [`OFFCPU_LOGS`] log had no room for.
     pub const OFFCPU_COUNTS: [&str; 2] = ["OFFCPU_COUNTS_0", "OFFCPU_COUNTS_1"];
+    /// `Array<OffCpuPeriod>` per buffer, memory-mappable: each CPU's
+    /// counted periods, [`OFFCPU_LOG_PER_CPU`] slots a CPU, appended before
+    /// any are hashed into [`OFFCPU_COUNTS`].
+    pub const OFFCPU_LOGS: [&str; 2] = ["OFFCPU_LOG_0", "OFFCPU_LOG_1"];
+    /// `PerCpuArray<u32>` by buffer: the slots each CPU has filled in its
+    /// off-CPU log.
+    pub const OFFCPU_LOG_LENGTHS: &str = "OFFCPU_LOG_LENGTHS";
+    /// Global `u32`: a CPU's slots in each [`OFFCPU_LOGS`] map (`0`: no log).
+    pub const OFFCPU_LOG_PER_CPU: &str = "OFFCPU_LOG_PER_CPU";
+    /// `PerCpuArray<u32>` by [`crate::hashed`] index: non-zero where a CPU
+    /// hashed a count into that count map since its drain last read it.
+    pub const HASHED: &str = "HASHED";
     /// `HashMap<u32 tgid, PythonOffsets>`: CPython processes followed.
     pub const PY_PROCS: &str = "PY_PROCS";
     /// `HashMap<u32 tid, RuntimeThread>`: their threads' `PyThreadState`s.
@@ -666,6 +689,16 @@ pub mod names {
         ["HOTSPOT_SHORT_STACKS_0", "HOTSPOT_SHORT_STACKS_1"];
     /// Every stack map, whose depth userspace sets per recording.
     pub const ALL_STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
+}
+
+/// Indices of the `HASHED` marks: a count map is walked at its drain only
+/// if some CPU hashed a count into it (see [`names::HASHED`]).
+pub mod hashed {
+    /// On-CPU count map of buffer 0; buffer 1's is the next.
+    pub const ON_CPU: u32 = 0;
+    /// Off-CPU count map of buffer 0; buffer 1's is the next.
+    pub const OFF_CPU: u32 = 2;
+    pub const COUNT: u32 = 4;
 }
 
 /// Default entries of each off-CPU count map.
@@ -769,6 +802,9 @@ mod user {
     // SAFETY: repr(C), Copy, no padding (2 x u32, 3 x u64, 2 x u32,
     // [u8; 16]), any bits valid.
     unsafe impl aya::Pod for super::OffCpuKey {}
+    // SAFETY: repr(C), an OffCpuKey (no padding, size a multiple of 8)
+    // then a u64, any bits valid.
+    unsafe impl aya::Pod for super::OffCpuPeriod {}
     // SAFETY: repr(C), an array of u64, any bits valid.
     unsafe impl aya::Pod for super::OffCpuKernelStack {}
     // SAFETY: repr(C), two u32 then u64s, no padding, any bits valid.
@@ -802,6 +838,11 @@ mod tests {
     #[test]
     fn off_cpu_records_have_no_padding() {
         assert_eq!(core::mem::size_of::<OffCpuKey>(), 3 * 8 + 4 * 4 + COMM_LEN);
+        assert_eq!(
+            core::mem::size_of::<OffCpuPeriod>(),
+            core::mem::size_of::<OffCpuKey>() + 8
+        );
+        assert_eq!(core::mem::offset_of!(OffCpuPeriod, ns), 56);
         assert_eq!(core::mem::size_of::<OffCpuUserStack>(), 1016);
         assert_eq!(core::mem::size_of::<OffCpuSite>(), 48);
         assert_eq!(core::mem::size_of::<OffCpuKernelWait>(), 4 * 8 + 2 * 4);

@@ -13,6 +13,7 @@
 
 mod hashed_stacks;
 mod hotspot;
+mod logs;
 mod off_cpu;
 mod on_cpu;
 mod python;

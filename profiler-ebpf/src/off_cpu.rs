@@ -52,8 +52,8 @@
 use aya_ebpf::{
     Global,
     bindings::{
-        BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST, bpf_map_type, pt_regs,
-        task_struct,
+        BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST,
+        bpf_map_type, pt_regs, task_struct,
     },
     helpers::{
         bpf_get_current_comm, bpf_get_task_stack, bpf_ktime_get_ns, bpf_probe_read_user,
@@ -68,12 +68,13 @@ use profiler_common::{
     MAX_OFFCPU_SLOTS, OFFCPU_KERNEL_DEPTH, OFFCPU_KERNEL_RING_BYTES, OFFCPU_KERNEL_STACK_ENTRIES,
     OFFCPU_PY_RING_BYTES, OFFCPU_PY_STACK_ENTRIES, OFFCPU_SITE_TTL_NS, OFFCPU_SPILLED_THREADS,
     OFFCPU_USER_DEPTH, OFFCPU_USER_RING_BYTES, OFFCPU_WATCHED_PYTHON, OffCpuKernelStack,
-    OffCpuKernelWait, OffCpuKey, OffCpuSite, OffCpuStart, OffCpuUserStack, PythonStack, STACK_LOST,
-    offcpu_thread_index, stat,
+    OffCpuKernelWait, OffCpuKey, OffCpuPeriod, OffCpuSite, OffCpuStart, OffCpuUserStack,
+    PythonStack, STACK_LOST, hashed, offcpu_thread_index, stat,
 };
 
 use crate::{
     hashed_stacks::{Announced, FNV_OFFSET, StackSink, fnv},
+    logs::{Log, mark_hashed},
     on_cpu::active_buffer,
     python::python_stack,
     stats::count_stat,
@@ -101,6 +102,19 @@ static OFFCPU_COUNTS_0: HashMap<OffCpuKey, u64> =
 #[map]
 static OFFCPU_COUNTS_1: HashMap<OffCpuKey, u64> =
     HashMap::with_max_entries(DEFAULT_OFFCPU_COUNT_ENTRIES, 0);
+
+/// Each CPU's counted periods of a buffer, appended before any are hashed
+/// into its count map (see `crate::logs`): `OFFCPU_LOG_PER_CPU` slots per
+/// CPU. Sized by userspace at load.
+#[map]
+static OFFCPU_LOG_0: Array<OffCpuPeriod> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+#[map]
+static OFFCPU_LOG_1: Array<OffCpuPeriod> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+#[map]
+static OFFCPU_LOG_LENGTHS: PerCpuArray<u32> = PerCpuArray::with_max_entries(2, 0);
+/// Slots of each CPU in an off-CPU log (0: no log, every period is hashed).
+#[unsafe(no_mangle)]
+static OFFCPU_LOG_PER_CPU: Global<u32> = Global::new(0);
 
 // The off-CPU stacks: LRU maps that spare re-sending, and rings every new
 // stack goes through (see `hashed_stacks::Announced`).
@@ -531,12 +545,24 @@ fn count_period(
         state: slot.state,
         comm: slot.comm,
     };
-    let counts = match active_buffer() {
+    let buffer = active_buffer();
+    let counts = match buffer {
         0 => &OFFCPU_COUNTS_0,
         1 => &OFFCPU_COUNTS_1,
         // The recording has ended.
         _ => return,
     };
+    let log = Log {
+        maps: [&OFFCPU_LOG_0, &OFFCPU_LOG_1],
+        lengths: &OFFCPU_LOG_LENGTHS,
+        per_cpu: OFFCPU_LOG_PER_CPU.load(),
+    };
+    if let Some(slot) = log.take_slot(buffer) {
+        slot.key = key;
+        slot.ns = blocked;
+        return;
+    }
+    mark_hashed(hashed::OFF_CPU + buffer);
     // The key holds the tid and a thread is switched in on one CPU at a
     // time: a plain add is exact.
     if let Some(total) = counts.get_ptr_mut(&key) {

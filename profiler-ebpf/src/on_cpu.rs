@@ -25,12 +25,13 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     BUFFER_STOPPED, COMM_LEN, DEFAULT_COUNT_MAP_ENTRIES, DEFAULT_STACK_MAP_ENTRIES,
-    MAX_TARGET_TGIDS, SampleKey, control, stack_error, stat,
+    MAX_TARGET_TGIDS, SampleKey, control, hashed, stack_error, stat,
 };
 
 use crate::{
     hashed_stacks::Pooled,
     hotspot::{is_walked_jvm, walk_if_jvm},
+    logs::{Log, mark_hashed},
     python::{is_followed_python, python_stack, sample_stacks},
     stats::count_stat,
     thread_names::{rename_generation, thread_epoch},
@@ -308,16 +309,20 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, lost_stat: 
 }
 
 /// Counts one sample under `key` in `buffer`: appended to this CPU's
-/// sample log while it has room, else added in the count map. Userspace
-/// adds the logs up at the drain. An append writes one slot; a count map
-/// update hashes the key and finds its entry: about 170 ns of a sample
-/// against 20 for an append (`bpf_stats` of variants of this program
-/// without the user-stack walk, on the reference host).
+/// sample log while it has room, else added in the count map (see
+/// [`crate::logs`]).
 #[inline(always)]
 fn add_one(ctx: &PerfEventContext, buffer: u32, counts: &HashMap<SampleKey, u64>, key: &SampleKey) {
-    if log_one(buffer, key) {
+    let log = Log {
+        maps: [&SAMPLE_LOG_0, &SAMPLE_LOG_1],
+        lengths: &LOG_LENGTHS,
+        per_cpu: LOG_PER_CPU.load(),
+    };
+    if let Some(slot) = log.take_slot(buffer) {
+        *slot = *key;
         return;
     }
+    mark_hashed(hashed::ON_CPU + buffer);
     // A thread runs on one CPU at a time and its tid is in the key, so no two
     // CPUs update one entry at once: a plain add is exact.
     if let Some(count) = counts.get_ptr_mut(key) {
@@ -333,33 +338,4 @@ fn add_one(ctx: &PerfEventContext, buffer: u32, counts: &HashMap<SampleKey, u64>
             "count map full on cpu {}: samples are dropped (and counted) until the next drain", cpu
         );
     }
-}
-
-/// Appends `key` to this CPU's log of `buffer`; `false` if it is full (or
-/// there is none). Only this CPU writes its slots and its length, and a
-/// program runs to its end on its CPU: no atomics.
-#[inline(always)]
-fn log_one(buffer: u32, key: &SampleKey) -> bool {
-    let per_cpu = LOG_PER_CPU.load();
-    let Some(length) = LOG_LENGTHS.get_ptr_mut(buffer) else {
-        return false;
-    };
-    let taken = unsafe { *length };
-    if taken >= per_cpu {
-        return false;
-    }
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let log = if buffer == 0 {
-        &SAMPLE_LOG_0
-    } else {
-        &SAMPLE_LOG_1
-    };
-    let Some(slot) = log.get_ptr_mut(cpu.wrapping_mul(per_cpu).wrapping_add(taken)) else {
-        return false;
-    };
-    unsafe {
-        *slot = *key;
-        *length = taken + 1;
-    }
-    true
 }

@@ -453,7 +453,7 @@ impl Session {
                 options.frequency_hz,
                 options.drain_interval,
             ),
-            sample_log_per_cpu: crate::collect::sample_log::slots_per_cpu(
+            sample_log_per_cpu: crate::collect::logs::slots_per_cpu(
                 options.frequency_hz,
                 options.drain_interval,
                 cpus,
@@ -467,6 +467,10 @@ impl Session {
                 min_block,
                 stack_map_entries: profiler_common::DEFAULT_OFFCPU_STACK_ENTRIES,
                 count_map_entries: profiler_common::DEFAULT_OFFCPU_COUNT_ENTRIES,
+                log_per_cpu: crate::collect::logs::offcpu_slots_per_cpu(
+                    options.drain_interval,
+                    cpus,
+                ),
             }),
         };
         let mut collector = Collector::load(&config)?;

@@ -17,6 +17,9 @@
 //!   only, leaves the buffer clear, and the statistics account for them;
 //! - [`off_cpu`]: `off_cpu_sleep`: sched_switch records a thread's 20 x 50 ms
 //!   in nanosleep as about 1 s off the CPU in state sleep, with stacks;
+//!   `off_cpu_logs_then_count_map`: 400 short sleeps in one buffer are
+//!   counted whole, the first in the per-CPU logs and the rest in the count
+//!   map;
 //!   `off_cpu_stacks_outlive_their_map`: 120 distinct user stacks asleep,
 //!   with an off-CPU stack map of 64 entries, all whole;
 //!   `off_cpu_slots_die_with_their_threads`: 80 threads come and go, and
@@ -113,10 +116,14 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     let pid = std::process::id();
     let (collector, off_cpu) = load(&mut report, pid);
-    let checks: [(&str, Check); 15] = [
+    let checks: [(&str, Check); 16] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),
         ("drain_hands_over_and_clears", on_cpu::check_drain),
         ("off_cpu_sleep", off_cpu::check_off_cpu),
+        (
+            "off_cpu_logs_then_count_map",
+            off_cpu::check_off_cpu_logs_then_count_map,
+        ),
         (
             "off_cpu_thread_older_than_the_watch",
             off_cpu::check_off_cpu_thread_older_than_the_watch,
@@ -213,6 +220,9 @@ fn config(pid: u32, off_cpu: bool) -> CollectorConfig {
             // Fewer than `off_cpu_stacks_outlive_their_map` makes.
             stack_map_entries: off_cpu::OFFCPU_STACK_MAP_ENTRIES,
             count_map_entries: 1024,
+            // As few as the sampler's: the off-CPU checks' counts come
+            // from both the logs and the count map too.
+            log_per_cpu: 64,
         }),
     }
 }

@@ -83,6 +83,49 @@ fn check_slept(collector: &mut Collector, tid: u32) -> Result<String, String> {
     ))
 }
 
+/// Periods `off_cpu_logs_then_count_map` sleeps: more than the logs hold
+/// (64 a CPU in these checks) on a host of up to 4 CPUs.
+const MANY_PERIODS: u64 = 400;
+
+/// 400 sleeps of 200 µs (each counted: at least the shortest counted
+/// period, 100 µs) in one buffer: the CPUs' logs take the first 64 each,
+/// the count map the rest, and the drain adds both up, none lost.
+pub fn check_off_cpu_logs_then_count_map(
+    collector: &mut Collector,
+    _pid: u32,
+) -> Result<String, String> {
+    drain(collector)?;
+    let before = collector.off_cpu_sources().ok_or("no off-CPU recorder")?;
+    let sleeper = Worker::spawn(|_| {
+        workload::sleep_in_nanosleep(MANY_PERIODS as u32, Duration::from_micros(200))
+    });
+    let tid = sleeper.tid;
+    sleeper.finish();
+    let mut samples = drain(collector)?.samples;
+    samples.extend(drain(collector)?.samples);
+    let after = collector.off_cpu_sources().ok_or("no off-CPU recorder")?;
+    let (logged, hashed) = (after.0 - before.0, after.1 - before.1);
+    let slept_us = sum(asleep_of(&samples, tid).iter().map(|s| s.count));
+    // Each sleep is at least its 200 µs (timer slack only adds); far more
+    // than a few ms each would be time that is not its.
+    if !(MANY_PERIODS * 200..=MANY_PERIODS * 5_000).contains(&slept_us) {
+        return Err(format!(
+            "{slept_us} us asleep for {MANY_PERIODS} x 200 us ({logged} periods from the logs, \
+             {hashed} count map entries)"
+        ));
+    }
+    if logged == 0 || logged >= MANY_PERIODS || hashed == 0 {
+        return Err(format!(
+            "{logged} periods came from the logs and {hashed} count map entries: expected the \
+             logs' 64 a CPU, and the rest in the count map"
+        ));
+    }
+    Ok(format!(
+        "{slept_us} us asleep for {MANY_PERIODS} x 200 us: {logged} periods from the logs, the \
+         rest in {hashed} count map entries"
+    ))
+}
+
 /// Entries of the off-CPU user-stack map in these checks.
 pub const OFFCPU_STACK_MAP_ENTRIES: u32 = 64;
 /// Distinct user stacks `off_cpu_stacks_outlive_their_map` sleeps in.

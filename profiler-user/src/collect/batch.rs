@@ -57,20 +57,10 @@ impl BatchBuffers {
     }
 }
 
-/// Every entry of `map`, each deleted from it. No program may write to the
-/// map meanwhile (the collector's idle buffer): an entry added behind the
-/// batch's position would be left for the next drain.
-pub(crate) fn take_all<K: Pod, V: Pod>(
-    map: &mut HashMap<MapData, K, V>,
-    buffers: &mut BatchBuffers,
-) -> io::Result<Vec<(K, V)>> {
-    let mut taken = Vec::new();
-    take_each(map, buffers, |key, value| taken.push((key, value)))?;
-    Ok(taken)
-}
-
-/// [`take_all`], handing each entry to `each` as it is read (large values
-/// are not gathered first).
+/// Every entry of `map`, each deleted from it and handed to `each` as it
+/// is read. No program may write to the map meanwhile (the collector's
+/// idle buffer): an entry added behind the batch's position would be left
+/// for the next drain.
 pub(crate) fn take_each<K: Pod, V: Pod>(
     map: &mut HashMap<MapData, K, V>,
     buffers: &mut BatchBuffers,

@@ -11,12 +11,12 @@ pub mod bounded;
 pub mod btf;
 pub mod hold;
 pub mod hotspot;
+pub mod logs;
 pub mod object;
 pub mod off_cpu;
 pub mod pooled;
 pub mod python;
 pub mod renames;
-pub mod sample_log;
 pub mod threads;
 
 use std::{
@@ -39,8 +39,8 @@ use hotspot::HotspotMaps;
 pub use hotspot::RawHotspotStack;
 use off_cpu::{OffCpuConfig, OffCpuGlobals, OffCpuRecorder, OffCpuState};
 use profiler_common::{
-    BUFFER_STOPPED, DEFAULT_HOTSPOT_STACK_ENTRIES, PythonOffsets, SampleKey, control, names,
-    stack_error, stat,
+    BUFFER_STOPPED, DEFAULT_HOTSPOT_STACK_ENTRIES, PythonOffsets, SampleKey, control, hashed,
+    names, stack_error, stat,
 };
 use python::PythonMaps;
 pub use python::{PythonThread, RawPythonStack};
@@ -66,7 +66,7 @@ pub struct CollectorConfig {
     /// Entries of each count map.
     pub count_map_entries: u32,
     /// Slots of each CPU's sample log per buffer (see
-    /// [`sample_log::slots_per_cpu`]; `0`: every sample is hashed into the
+    /// [`logs::slots_per_cpu`]; `0`: every sample is hashed into the
     /// count map).
     pub sample_log_per_cpu: u32,
     /// Only these processes, when not empty.
@@ -241,7 +241,9 @@ pub struct Collector {
     counts: [HashMap<MapData, SampleKey, u64>; 2],
     count_buffers: batch::BatchBuffers,
     /// Each CPU's samples, before any are hashed into `counts`.
-    sample_logs: sample_log::SampleLogs,
+    sample_logs: logs::SampleLogs,
+    /// Which count maps the programs hashed counts into.
+    hashed: logs::Hashed,
     /// Samples drained from the logs (the rest came from `counts`).
     logged_samples: u64,
     stacks: [StackTraceMap<MapData>; 2],
@@ -320,6 +322,7 @@ impl Collector {
             ),
             None => None,
         };
+        let possible_cpus = aya::util::nr_cpus().map_or(1, |n| n.get());
         let mut loader = EbpfLoader::new();
         // `OFFCPU_MARKED` is a task storage map, which aya creates but has
         // no type for; only the kernel side uses it.
@@ -334,6 +337,11 @@ impl Collector {
                 loader.map_max_entries(names::OFFCPU_USER_STACKS, off_cpu.stack_map_entries);
                 for name in names::OFFCPU_COUNTS {
                     loader.map_max_entries(name, off_cpu.count_map_entries);
+                }
+                loader.override_global(names::OFFCPU_LOG_PER_CPU, &off_cpu.log_per_cpu, true);
+                for name in names::OFFCPU_LOGS {
+                    loader
+                        .map_max_entries(name, logs::log_slots(off_cpu.log_per_cpu, possible_cpus));
                 }
             }
             _ => {
@@ -352,7 +360,7 @@ impl Collector {
                 ] {
                     loader.map_max_entries(name, 4096);
                 }
-                for name in names::OFFCPU_COUNTS {
+                for name in names::OFFCPU_COUNTS.into_iter().chain(names::OFFCPU_LOGS) {
                     loader.map_max_entries(name, 1);
                 }
             }
@@ -366,12 +374,11 @@ impl Collector {
         for name in names::COUNTS {
             loader.map_max_entries(name, config.count_map_entries);
         }
-        let possible_cpus = aya::util::nr_cpus().map_or(1, |n| n.get());
         loader.override_global(names::LOG_PER_CPU, &config.sample_log_per_cpu, true);
         for name in names::SAMPLE_LOGS {
             loader.map_max_entries(
                 name,
-                sample_log::log_slots(config.sample_log_per_cpu, possible_cpus),
+                logs::log_slots(config.sample_log_per_cpu, possible_cpus),
             );
         }
         for name in names::STACKS {
@@ -417,7 +424,8 @@ impl Collector {
         set_control(&mut active_buffer, control::BUFFER, 0)?;
         let stats = take_map(&mut ebpf, names::STATS)?;
         let sample_logs =
-            sample_log::SampleLogs::take(&mut ebpf, config.sample_log_per_cpu, possible_cpus)?;
+            logs::SampleLogs::sampler(&mut ebpf, config.sample_log_per_cpu, possible_cpus)?;
+        let hashed = logs::Hashed::take(&mut ebpf)?;
         let renames = RenameFeed::load(&mut ebpf, btf.as_ref())?;
         if renames.tracepoint_attached() {
             set_control(&mut active_buffer, control::COMM_KEPT, 1)?;
@@ -425,13 +433,18 @@ impl Collector {
         let python = PythonMaps::load(&mut ebpf, btf.as_ref())?;
         let hotspot = HotspotMaps::load(&mut ebpf)?;
         let off_cpu = match (&off_cpu_globals, &config.off_cpu) {
-            (Some(globals), Some(off_cpu)) => Some(OffCpuRecorder::load(
-                &mut ebpf,
-                globals,
-                config.stack_depth,
-                btf.as_ref(),
-                hold::OffCpuHold::new(hold::HOLD, off_cpu.count_map_entries as usize),
-            )?),
+            (Some(globals), Some(off_cpu)) => {
+                let logs =
+                    logs::OffCpuLogs::off_cpu(&mut ebpf, off_cpu.log_per_cpu, possible_cpus)?;
+                Some(OffCpuRecorder::load(
+                    &mut ebpf,
+                    globals,
+                    config.stack_depth,
+                    btf.as_ref(),
+                    logs,
+                    hold::OffCpuHold::new(hold::HOLD, off_cpu.count_map_entries as usize),
+                )?)
+            }
             _ => None,
         };
 
@@ -459,6 +472,7 @@ impl Collector {
             counts,
             count_buffers: batch::BatchBuffers::default(),
             sample_logs,
+            hashed,
             logged_samples: 0,
             stacks,
             drains: 0,
@@ -685,18 +699,22 @@ impl Collector {
         // Taken out of the map (deleted) at once; the stacks they name stay
         // until read below.
         let mut entries: crate::FastMap<SampleKey, u64> = Default::default();
-        self.logged_samples += self.sample_logs.take_buffer(idle, &mut entries)?;
-        batch::take_each(
-            &mut self.counts[idle],
-            &mut self.count_buffers,
-            |key, count| {
-                *entries.entry(key).or_insert(0) += count;
-            },
-        )
-        .map_err(|source| CollectError::Take {
-            name: counts_name,
-            source,
+        self.logged_samples += self.sample_logs.take_buffer(idle, |key| {
+            *entries.entry(key).or_insert(0) += 1;
         })?;
+        if self.hashed.was_used(hashed::ON_CPU + idle as u32) {
+            batch::take_each(
+                &mut self.counts[idle],
+                &mut self.count_buffers,
+                |key, count| {
+                    *entries.entry(key).or_insert(0) += count;
+                },
+            )
+            .map_err(|source| CollectError::Take {
+                name: counts_name,
+                source,
+            })?;
+        }
         let python = self.python.take_stacks(idle);
         let hotspot = self.hotspot.take_stacks(idle);
         let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
@@ -720,7 +738,10 @@ impl Collector {
         let mut off_cpu_start = start;
         let mut held_since = None;
         if let Some(off_cpu) = self.off_cpu.as_mut() {
-            if let Some((since, off_cpu_samples)) = off_cpu.drain(idle, (start, end), release) {
+            let hashed = self.hashed.was_used(hashed::OFF_CPU + idle as u32);
+            if let Some((since, off_cpu_samples)) =
+                off_cpu.drain(idle, hashed, (start, end), release)
+            {
                 off_cpu_start = since;
                 samples.extend(off_cpu_samples);
             }
@@ -786,6 +807,12 @@ impl Collector {
         if let Some(off_cpu) = &self.off_cpu {
             off_cpu.held(held);
         }
+    }
+
+    /// Off-CPU periods drained from the per-CPU logs, and entries from the
+    /// off-CPU count maps, since the start (see [`OffCpuRecorder::sources`]).
+    pub fn off_cpu_sources(&self) -> Option<(u64, u64)> {
+        self.off_cpu.as_ref().map(OffCpuRecorder::sources)
     }
 
     /// On-CPU samples drained from the per-CPU sample logs since the

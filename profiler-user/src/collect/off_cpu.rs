@@ -33,7 +33,7 @@ use tracing::{debug, warn};
 
 use super::{
     CollectError, RawPythonStack, RawSample, RawStack, SampleKind, attach_btf_tracepoint,
-    bounded::TwoGenerations, comm_to_string, hold::OffCpuHold, program, take_map,
+    bounded::TwoGenerations, comm_to_string, hold::OffCpuHold, logs::OffCpuLogs, program, take_map,
 };
 
 /// What the off-CPU recorder counts.
@@ -45,6 +45,10 @@ pub struct OffCpuConfig {
     pub stack_map_entries: u32,
     /// Entries of each off-CPU count map.
     pub count_map_entries: u32,
+    /// Slots of each CPU's off-CPU log per buffer (see
+    /// [`super::logs::offcpu_slots_per_cpu`]; `0`: every period is hashed
+    /// into the count map).
+    pub log_per_cpu: u32,
 }
 
 /// Why a thread was off its CPU, from the sched_switch record's `prev_state`.
@@ -159,6 +163,12 @@ const STACK_CACHE_AGE: Duration = Duration::from_secs(60);
 
 /// The attached off-CPU programs and their maps.
 pub struct OffCpuRecorder {
+    /// Each CPU's counted periods, before any are hashed into `counts`.
+    logs: OffCpuLogs,
+    /// Periods taken from the logs, and entries from the count maps, so
+    /// far.
+    logged_periods: u64,
+    hashed_entries: u64,
     counts: [HashMap<MapData, OffCpuKey, u64>; 2],
     count_buffers: super::batch::BatchBuffers,
     user_stacks: HashMap<MapData, u64, OffCpuUserStack>,
@@ -199,6 +209,7 @@ impl OffCpuRecorder {
         globals: &OffCpuGlobals,
         stack_depth: u32,
         btf: Result<&Btf, &String>,
+        logs: OffCpuLogs,
         hold: OffCpuHold,
     ) -> Result<Self, CollectError> {
         let btf = btf.map_err(|err| {
@@ -229,6 +240,9 @@ impl OffCpuRecorder {
             " (it needs Linux 5.18 or newer, for sched_switch's prev_state argument)",
         )?;
         Ok(Self {
+            logs,
+            logged_periods: 0,
+            hashed_entries: 0,
             counts: [
                 take_map(ebpf, names::OFFCPU_COUNTS[0])?,
                 take_map(ebpf, names::OFFCPU_COUNTS[1])?,
@@ -343,6 +357,12 @@ impl OffCpuRecorder {
         self.watched.values().copied()
     }
 
+    /// Periods drained from the per-CPU logs, and entries from the count
+    /// maps (what full logs had no room for), since the start.
+    pub fn sources(&self) -> (u64, u64) {
+        (self.logged_periods, self.hashed_entries)
+    }
+
     /// Where the counts held and not yet handed on begin, if any are.
     pub fn held_since(&self) -> Option<SystemTime> {
         self.hold.since()
@@ -400,22 +420,38 @@ impl OffCpuRecorder {
     }
 
     /// Takes what the idle buffer counted (the buffer began at `start`
-    /// and ended at `end`) and clears it; what it counted is held
-    /// ([`super::hold`]). Everything held is handed on when it is due, or
-    /// at once if `release`: the samples, with the start of the span they
-    /// cover. `None`: held on.
+    /// and ended at `end`) and clears it: its logs, and its count map if
+    /// `hashed` (a program hashed a period into it); what it counted is
+    /// held ([`super::hold`]). Everything held is handed on when it is
+    /// due, or at once if `release`: the samples, with the start of the
+    /// span they cover. `None`: held on.
     pub fn drain(
         &mut self,
         idle: usize,
+        hashed: bool,
         (start, end): (SystemTime, SystemTime),
         release: bool,
     ) -> Option<(SystemTime, Vec<RawSample>)> {
         self.take_new_stacks();
-        let entries = super::batch::take_all(&mut self.counts[idle], &mut self.count_buffers)
-            .unwrap_or_else(|err| {
-                debug!("off-CPU counts: {err}");
-                Vec::new()
-            });
+        let mut entries = Vec::new();
+        match self
+            .logs
+            .take_buffer(idle, |period| entries.push((period.key, period.ns)))
+        {
+            Ok(logged) => self.logged_periods += logged,
+            Err(err) => debug!("off-CPU logs: {err}"),
+        }
+        let logged = entries.len();
+        if hashed
+            && let Err(err) = super::batch::take_each(
+                &mut self.counts[idle],
+                &mut self.count_buffers,
+                |key, nanos| entries.push((key, nanos)),
+            )
+        {
+            debug!("off-CPU counts: {err}");
+        }
+        self.hashed_entries += (entries.len() - logged) as u64;
         self.hold.add(start, entries);
         if !release && !self.hold.due(end) {
             return None;
