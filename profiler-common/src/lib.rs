@@ -480,7 +480,7 @@ pub mod stack_error {
     pub const EEXIST: i32 = -17;
 }
 
-/// Indices into the per-CPU `STATS` array.
+/// Indices into each CPU's `STATS` value.
 pub mod stat {
     /// Every time the sampler ran.
     pub const SAMPLES: u32 = 0;
@@ -557,7 +557,8 @@ pub mod names {
     pub const LOG_LENGTHS: &str = "LOG_LENGTHS";
     /// Global `u32`: a CPU's slots in each [`SAMPLE_LOGS`] map (`0`: no log).
     pub const LOG_PER_CPU: &str = "LOG_PER_CPU";
-    /// Per-CPU statistics, indexed by [`crate::stat`].
+    /// `PerCpuArray<[u64; stat::COUNT]>` of one entry: every per-CPU
+    /// statistic, indexed by [`crate::stat`].
     pub const STATS: &str = "STATS";
     /// `HashMap<u32, u8>` of process IDs to sample when filtering is on.
     pub const TARGET_TGIDS: &str = "TARGET_TGIDS";

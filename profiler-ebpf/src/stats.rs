@@ -1,20 +1,43 @@
 //! Per-CPU statistics shared by every program: userspace sums them.
+//!
+//! One per-CPU value holds them all, so that a program that counts more
+//! than one (a switch of two watched threads counts a switch-out and a
+//! short wait) finds them with one map lookup: each lookup cost about
+//! 1.7 ns of a sched_switch run that adds 22 ns to a switch.
 
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use profiler_common::stat;
 
+/// This CPU's statistics, by `stat` index.
+pub type Stats = [u64; stat::COUNT as usize];
+
 #[map]
-static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's statistics, to count several into.
+#[inline(always)]
+pub fn stats() -> Option<&'static mut Stats> {
+    STATS.get_ptr_mut(0).map(|stats| unsafe { &mut *stats })
+}
+
+/// Adds one to `index` of `stats` and returns its previous value.
+#[inline(always)]
+pub fn count_in(stats: &mut Option<&'static mut Stats>, index: u32) -> u64 {
+    match stats
+        .as_mut()
+        .and_then(|stats| stats.get_mut(index as usize))
+    {
+        Some(value) => {
+            let previous = *value;
+            *value = previous + 1;
+            previous
+        }
+        None => 0,
+    }
+}
 
 /// Adds one to a per-CPU statistic and returns its previous value.
 #[inline(always)]
 pub fn count_stat(index: u32) -> u64 {
-    match STATS.get_ptr_mut(index) {
-        Some(value) => unsafe {
-            let previous = *value;
-            *value = previous + 1;
-            previous
-        },
-        None => 0,
-    }
+    count_in(&mut stats(), index)
 }

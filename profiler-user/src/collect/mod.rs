@@ -252,7 +252,8 @@ pub struct Collector {
     active_buffer: Array<MapData, u32>,
     /// What `ACTIVE_BUFFER[control::PROCESS_GENERATION]` holds.
     process_generation: u32,
-    stats: PerCpuArray<MapData, u64>,
+    /// Every statistic, one value per CPU (see `profiler_common::stat`).
+    stats: PerCpuArray<MapData, [u64; stat::COUNT as usize]>,
     renames: RenameFeed,
     off_cpu: Option<OffCpuRecorder>,
     /// The next drain hands on the off-CPU counts held
@@ -822,11 +823,12 @@ impl Collector {
     }
 
     pub fn stats(&self) -> KernelStats {
+        // One system call for all of them.
+        let per_cpu = self.stats.get(&0, 0);
         let sum = |index: u32| -> u64 {
-            self.stats
-                .get(&index, 0)
-                .map(|values| values.iter().sum())
-                .unwrap_or(0)
+            per_cpu.as_ref().map_or(0, |values| {
+                values.iter().map(|stats| stats[index as usize]).sum()
+            })
         };
         KernelStats {
             samples: sum(stat::SAMPLES),
