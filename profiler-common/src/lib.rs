@@ -685,9 +685,17 @@ pub mod names {
     /// `HashMap<u64, HotspotStack>`: user stacks of JVM samples deeper than
     /// [`crate::HOTSPOT_SHORT_FRAMES`], one per buffer.
     pub const HOTSPOT_STACKS: [&str; 2] = ["HOTSPOT_STACKS_0", "HOTSPOT_STACKS_1"];
-    /// `HashMap<u64, HotspotShortStack>`: the others, one per buffer.
+    /// `HashMap<u64, HotspotShortStack>`: the others, one per buffer: what
+    /// a full [`HOTSPOT_SHORT_LOGS`] log had no room for.
     pub const HOTSPOT_SHORT_STACKS: [&str; 2] =
         ["HOTSPOT_SHORT_STACKS_0", "HOTSPOT_SHORT_STACKS_1"];
+    /// `Array<NewStack<HotspotShortStack>>` per buffer, memory-mappable:
+    /// each CPU's short HotSpot stacks under their hashes, [`LOG_PER_CPU`]
+    /// slots a CPU (a JVM sample's stack is filed here first).
+    pub const HOTSPOT_SHORT_LOGS: [&str; 2] = ["HOTSPOT_SHORT_LOG_0", "HOTSPOT_SHORT_LOG_1"];
+    /// `PerCpuArray<u32>` by buffer: the slots each CPU has filled in its
+    /// [`HOTSPOT_SHORT_LOGS`] log.
+    pub const HOTSPOT_LOG_LENGTHS: &str = "HOTSPOT_LOG_LENGTHS";
     /// Every stack map, whose depth userspace sets per recording.
     pub const ALL_STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 }
@@ -699,7 +707,11 @@ pub mod hashed {
     pub const ON_CPU: u32 = 0;
     /// Off-CPU count map of buffer 0; buffer 1's is the next.
     pub const OFF_CPU: u32 = 2;
-    pub const COUNT: u32 = 4;
+    /// `HOTSPOT_SHORT_STACKS` of buffer 0; buffer 1's is the next.
+    pub const HOTSPOT_SHORT: u32 = 4;
+    /// `HOTSPOT_STACKS` of buffer 0; buffer 1's is the next.
+    pub const HOTSPOT_LONG: u32 = 6;
+    pub const COUNT: u32 = 8;
 }
 
 /// Default entries of each off-CPU count map.
@@ -824,6 +836,9 @@ mod user {
     // SAFETY: repr(C), two u32 then frames of (u64, u32, u32): no padding,
     // any bits valid.
     unsafe impl<const N: usize> aya::Pod for super::HotspotStackOf<N> {}
+    // SAFETY: repr(C), a u64 then a HotspotStackOf (size a multiple of 8):
+    // no padding, any bits valid.
+    unsafe impl<const N: usize> aya::Pod for super::NewStack<super::HotspotStackOf<N>> {}
 }
 
 #[cfg(test)]
@@ -865,6 +880,12 @@ mod tests {
             8 + core::mem::size_of::<PythonStack>()
         );
         assert_eq!(core::mem::offset_of!(NewStack<OffCpuUserStack>, stack), 8);
+        // The HotSpot stack logs' slots: no padding between the two.
+        assert_eq!(
+            core::mem::size_of::<NewStack<HotspotShortStack>>(),
+            8 + core::mem::size_of::<HotspotShortStack>()
+        );
+        assert_eq!(core::mem::offset_of!(NewStack<HotspotShortStack>, stack), 8);
         // Each fits its ring many times over.
         assert!(OFFCPU_USER_RING_BYTES as usize / size_of::<NewStack<OffCpuUserStack>>() >= 4_000);
     }

@@ -42,7 +42,7 @@ pub trait StackSink<V> {
 
 /// A key for `hash` that is neither "no stack" nor "lost".
 #[inline(always)]
-fn key(hash: u64) -> u64 {
+pub fn key(hash: u64) -> u64 {
     hash.clamp(1, STACK_LOST - 1)
 }
 

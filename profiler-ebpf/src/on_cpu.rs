@@ -106,9 +106,10 @@ static SAMPLE_LOG_0: Array<SampleKey> = Array::with_max_entries(1, BPF_F_MMAPABL
 static SAMPLE_LOG_1: Array<SampleKey> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 #[map]
 static LOG_LENGTHS: PerCpuArray<u32> = PerCpuArray::with_max_entries(2, 0);
-/// Slots of each CPU in a sample log (0: no log, every sample is hashed).
+/// Slots of each CPU in a sample log (0: no log, every sample is hashed),
+/// and in a HotSpot stack log (a sample files at most one stack).
 #[unsafe(no_mangle)]
-static LOG_PER_CPU: Global<u32> = Global::new(0);
+pub static LOG_PER_CPU: Global<u32> = Global::new(0);
 
 #[map]
 static STACKS_0: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_MAP_ENTRIES, 0);

@@ -15,10 +15,17 @@ use aya::{
 };
 use profiler_common::{
     HOTSPOT_FINISH_SLOT, HOTSPOT_WALK_SLOT, HotspotFrame, HotspotProcInfo, HotspotShortStack,
-    HotspotStack, HotspotStackOf, names,
+    HotspotStack, HotspotStackOf, NewStack, hashed, names,
 };
+use tracing::debug;
 
-use super::{CollectError, pooled::PooledStacks, take_map, threads::FollowedThreads};
+use super::{
+    CollectError,
+    logs::{Hashed, Logs},
+    pooled::PooledStacks,
+    take_map,
+    threads::FollowedThreads,
+};
 
 /// A JVM user stack as the kernel walked it: native and Java frames, leaf
 /// first.
@@ -49,13 +56,16 @@ pub struct HotspotMaps {
     threads: FollowedThreads,
     stacks: PooledStacks<HotspotStack>,
     short_stacks: PooledStacks<HotspotShortStack>,
+    /// Each CPU's short stacks, before any go to `short_stacks`.
+    short_log: Logs<NewStack<HotspotShortStack>>,
     watched: HashSet<u32>,
 }
 
 impl HotspotMaps {
     /// Takes the maps and loads the walker's programs into the sampler's
-    /// tail-call slots.
-    pub fn load(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
+    /// tail-call slots; the short stacks' logs have `log_per_cpu` slots for
+    /// each of `cpus` (as the sample logs).
+    pub fn load(ebpf: &mut Ebpf, log_per_cpu: u32, cpus: u32) -> Result<Self, CollectError> {
         let mut walker: ProgramArray<MapData> = take_map(ebpf, names::HOTSPOT_WALKER)?;
         for (slot, name) in [
             (HOTSPOT_WALK_SLOT, names::PROGRAM_HOTSPOT_WALK),
@@ -81,6 +91,13 @@ impl HotspotMaps {
             threads: FollowedThreads::take(ebpf, names::HOTSPOT_THREADS)?,
             stacks: PooledStacks::take(ebpf, names::HOTSPOT_STACKS)?,
             short_stacks: PooledStacks::take(ebpf, names::HOTSPOT_SHORT_STACKS)?,
+            short_log: Logs::take(
+                ebpf,
+                names::HOTSPOT_SHORT_LOGS,
+                names::HOTSPOT_LOG_LENGTHS,
+                log_per_cpu,
+                cpus,
+            )?,
             watched: HashSet::new(),
         })
     }
@@ -119,13 +136,32 @@ impl HotspotMaps {
         walked
     }
 
-    /// The `idle` buffer's stacks, taken out of the kernel: the stack
-    /// filed under a hash (`0`: none).
-    pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawHotspotStack> + use<> {
-        let short = self
-            .short_stacks
-            .take_buffer(idle, RawHotspotStack::from_kernel);
-        let long = self.stacks.take_buffer(idle, RawHotspotStack::from_kernel);
+    /// The `idle` buffer's stacks, taken out of the kernel (its logs, and
+    /// the maps `hashed` says were used): the stack filed under a hash
+    /// (`0`: none).
+    pub fn take_stacks(
+        &mut self,
+        idle: usize,
+        hashed: &mut Hashed,
+    ) -> impl Fn(u64) -> Option<RawHotspotStack> + use<> {
+        let mut short = self.short_stacks.take_buffer(
+            idle,
+            hashed.was_used(hashed::HOTSPOT_SHORT + idle as u32),
+            RawHotspotStack::from_kernel,
+        );
+        // A slot whose copy failed (hash 0) names no stack.
+        if let Err(err) = self.short_log.take_buffer(idle, |logged| {
+            if logged.hash != 0 {
+                short.insert(logged.hash, RawHotspotStack::from_kernel(&logged.stack));
+            }
+        }) {
+            debug!("HotSpot stack logs: {err}");
+        }
+        let long = self.stacks.take_buffer(
+            idle,
+            hashed.was_used(hashed::HOTSPOT_LONG + idle as u32),
+            RawHotspotStack::from_kernel,
+        );
         move |hash| short.get(hash).or_else(|| long.get(hash))
     }
 }

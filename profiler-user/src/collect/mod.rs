@@ -376,7 +376,10 @@ impl Collector {
             loader.map_max_entries(name, config.count_map_entries);
         }
         loader.override_global(names::LOG_PER_CPU, &config.sample_log_per_cpu, true);
-        for name in names::SAMPLE_LOGS {
+        for name in names::SAMPLE_LOGS
+            .into_iter()
+            .chain(names::HOTSPOT_SHORT_LOGS)
+        {
             loader.map_max_entries(
                 name,
                 logs::log_slots(config.sample_log_per_cpu, possible_cpus),
@@ -432,7 +435,7 @@ impl Collector {
             set_control(&mut active_buffer, control::COMM_KEPT, 1)?;
         }
         let python = PythonMaps::load(&mut ebpf, btf.as_ref())?;
-        let hotspot = HotspotMaps::load(&mut ebpf)?;
+        let hotspot = HotspotMaps::load(&mut ebpf, config.sample_log_per_cpu, possible_cpus)?;
         let off_cpu = match (&off_cpu_globals, &config.off_cpu) {
             (Some(globals), Some(off_cpu)) => {
                 let logs =
@@ -717,7 +720,7 @@ impl Collector {
             })?;
         }
         let python = self.python.take_stacks(idle);
-        let hotspot = self.hotspot.take_stacks(idle);
+        let hotspot = self.hotspot.take_stacks(idle, &mut self.hashed);
         let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
         let mut samples = Vec::with_capacity(entries.len());
         for (key, count) in &entries {

@@ -29,13 +29,20 @@ impl<V: Pod> PooledStacks<V> {
 
     /// Every stack of the `idle` buffer, by hash, made a `T`, each deleted
     /// from the map (a few batch calls: a lookup and a delete per stack
-    /// were a third of sparkprof's `bpf` time on a Spark host).
-    pub fn take_buffer<T>(&mut self, idle: usize, convert: impl Fn(&V) -> T) -> Taken<T> {
+    /// were a third of sparkprof's `bpf` time on a Spark host). Not `used`
+    /// (no program filed a stack in it): none, and the map is not walked.
+    pub fn take_buffer<T>(
+        &mut self,
+        idle: usize,
+        used: bool,
+        convert: impl Fn(&V) -> T,
+    ) -> Taken<T> {
         let mut stacks = StdHashMap::new();
-        if let Err(err) =
-            batch::take_each(&mut self.maps[idle], &mut self.buffers, |hash, stack| {
-                stacks.insert(hash, convert(&stack));
-            })
+        if used
+            && let Err(err) =
+                batch::take_each(&mut self.maps[idle], &mut self.buffers, |hash, stack| {
+                    stacks.insert(hash, convert(&stack));
+                })
         {
             debug!("taking pooled stacks failed: {err}");
         }
@@ -46,6 +53,13 @@ impl<V: Pod> PooledStacks<V> {
 /// One buffer's stacks, as a drain took them.
 pub struct Taken<T> {
     stacks: StdHashMap<u64, T>,
+}
+
+impl<T> Taken<T> {
+    /// Adds a stack filed elsewhere (a log) under `hash`.
+    pub fn insert(&mut self, hash: u64, stack: T) {
+        self.stacks.insert(hash, stack);
+    }
 }
 
 impl<T: Clone> Taken<T> {

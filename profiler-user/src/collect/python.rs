@@ -126,7 +126,9 @@ impl PythonMaps {
     /// The `idle` buffer's stacks, taken out of the kernel: the stack
     /// filed under a hash (`0`: none).
     pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawPythonStack> + use<> {
-        let taken = self.stacks.take_buffer(idle, RawPythonStack::from_kernel);
+        let taken = self
+            .stacks
+            .take_buffer(idle, true, RawPythonStack::from_kernel);
         move |hash| taken.get(hash)
     }
 }
