@@ -711,7 +711,9 @@ pub mod hashed {
     pub const HOTSPOT_SHORT: u32 = 4;
     /// `HOTSPOT_STACKS` of buffer 0; buffer 1's is the next.
     pub const HOTSPOT_LONG: u32 = 6;
-    pub const COUNT: u32 = 8;
+    /// `PY_STACKS` of buffer 0; buffer 1's is the next.
+    pub const PYTHON: u32 = 8;
+    pub const COUNT: u32 = 10;
 }
 
 /// Default entries of each off-CPU count map.

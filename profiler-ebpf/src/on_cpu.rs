@@ -240,6 +240,9 @@ pub fn count_sample(
     } else {
         0
     };
+    if python_stack != 0 {
+        mark_hashed(hashed::PYTHON + buffer);
+    }
     let user_stack_id = if hotspot_stack == 0 {
         stack_id(ctx, stacks, BPF_F_USER_STACK as u64, stat::USER_STACK_LOST)
     } else {

@@ -719,7 +719,7 @@ impl Collector {
                 source,
             })?;
         }
-        let python = self.python.take_stacks(idle);
+        let python = self.python.take_stacks(idle, &mut self.hashed);
         let hotspot = self.hotspot.take_stacks(idle, &mut self.hashed);
         let mut stack_cache: StdHashMap<i32, RawStack> = StdHashMap::new();
         let mut samples = Vec::with_capacity(entries.len());

@@ -17,11 +17,12 @@ use aya::{
     Btf, Ebpf,
     maps::{HashMap, MapData},
 };
-use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, names};
+use profiler_common::{PY_MAX_FRAMES, PythonFrame, PythonOffsets, PythonStack, hashed, names};
 use tracing::warn;
 
 use super::{
-    CollectError, attach_btf_tracepoint, pooled::PooledStacks, take_map, threads::FollowedThreads,
+    CollectError, attach_btf_tracepoint, logs::Hashed, pooled::PooledStacks, take_map,
+    threads::FollowedThreads,
 };
 
 /// A CPython thread the sampler follows: its thread id as the host sees
@@ -123,12 +124,19 @@ impl PythonMaps {
         followed
     }
 
-    /// The `idle` buffer's stacks, taken out of the kernel: the stack
-    /// filed under a hash (`0`: none).
-    pub fn take_stacks(&mut self, idle: usize) -> impl Fn(u64) -> Option<RawPythonStack> + use<> {
-        let taken = self
-            .stacks
-            .take_buffer(idle, true, RawPythonStack::from_kernel);
+    /// The `idle` buffer's stacks, taken out of the kernel (its map is
+    /// walked only if `hashed` says a sample filed one): the stack filed
+    /// under a hash (`0`: none).
+    pub fn take_stacks(
+        &mut self,
+        idle: usize,
+        hashed: &mut Hashed,
+    ) -> impl Fn(u64) -> Option<RawPythonStack> + use<> {
+        let taken = self.stacks.take_buffer(
+            idle,
+            hashed.was_used(hashed::PYTHON + idle as u32),
+            RawPythonStack::from_kernel,
+        );
         move |hash| taken.get(hash)
     }
 }
