@@ -624,7 +624,7 @@ pub mod names {
     /// Global `u32`: a CPU's slots in each [`OFFCPU_LOGS`] map (`0`: no log).
     pub const OFFCPU_LOG_PER_CPU: &str = "OFFCPU_LOG_PER_CPU";
     /// `PerCpuArray<u32>` by [`crate::hashed`] index: non-zero where a CPU
-    /// hashed a count into that count map since its drain last read it.
+    /// put something in that hash map since its drain last read it.
     pub const HASHED: &str = "HASHED";
     /// `HashMap<u32 tgid, PythonOffsets>`: CPython processes followed.
     pub const PY_PROCS: &str = "PY_PROCS";
@@ -700,8 +700,9 @@ pub mod names {
     pub const ALL_STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 }
 
-/// Indices of the `HASHED` marks: a count map is walked at its drain only
-/// if some CPU hashed a count into it (see [`names::HASHED`]).
+/// Indices of the `HASHED` marks: a hash map of a buffer (counts, stacks)
+/// is walked at its drain only if some CPU put something in it (see
+/// [`names::HASHED`]).
 pub mod hashed {
     /// On-CPU count map of buffer 0; buffer 1's is the next.
     pub const ON_CPU: u32 = 0;

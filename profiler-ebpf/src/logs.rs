@@ -1,12 +1,13 @@
-//! Per-CPU logs: what a program counts is appended to its CPU's slots of
-//! the active buffer's log while they last, and only what a full log has
-//! no room for is hashed into that buffer's count map. An append writes
-//! one slot; a count map update hashes the key and finds its entry (about
-//! 170 ns of an on-CPU sample against 20 for an append). Userspace maps
-//! the logs, adds them up at the drain, and walks a count map only if
-//! `HASHED` says a CPU used it: a drain's batch read walks every bucket
-//! of a map, used or not (the off-CPU count map's 65,536 were 2.6 % of
-//! sparkprof's CPU on a Spark host).
+//! Per-CPU logs: what a program counts (a sample's key, an off-CPU
+//! period) or files (a JVM sample's stack) is appended to its CPU's slots
+//! of the active buffer's log while they last, and only what a full log
+//! has no room for goes to that buffer's hash map. An append writes one
+//! slot; a hash map update hashes the key and finds its entry (about 170 ns
+//! of an on-CPU sample against 20 for an append). Userspace maps the logs,
+//! reads them at the drain, and walks a hash map only if `HASHED` says a
+//! CPU used it: a drain's batch read walks every bucket of a map, used or
+//! not (the off-CPU count map's 65,536 were 2.6 % of sparkprof's CPU on a
+//! Spark host, the HotSpot stack maps' 3.8 % with the copies).
 
 use aya_ebpf::{
     helpers::bpf_get_smp_processor_id,
@@ -15,8 +16,9 @@ use aya_ebpf::{
 };
 use profiler_common::hashed;
 
-/// Non-zero where a CPU hashed a count into a buffer's count map since
-/// the drain of that buffer last read it, by [`hashed`] index.
+/// Non-zero where a CPU put something in a buffer's hash map (a count, a
+/// stack) since the drain of that buffer last read it, by [`hashed`]
+/// index.
 #[map]
 static HASHED: PerCpuArray<u32> = PerCpuArray::with_max_entries(hashed::COUNT, 0);
 
@@ -55,7 +57,7 @@ impl<T> Log<T> {
     }
 }
 
-/// Notes that this CPU hashed a count into the count map `index` (a
+/// Notes that this CPU put something in the hash map `index` (a
 /// [`hashed`] index): the drain walks it.
 #[inline(always)]
 pub fn mark_hashed(index: u32) {

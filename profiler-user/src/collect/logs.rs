@@ -1,11 +1,11 @@
 //! The programs' per-CPU logs (the eBPF side's `logs`): each CPU appends
-//! one record per sample ([`SampleKey`], the sampler) or per counted
-//! off-CPU period ([`OffCpuPeriod`]) to its own slots of the active
-//! buffer's log, and only what a full log has no room for is hashed into
-//! the count map. A drain reads the idle buffer's logs from the maps'
-//! memory (they are mapped here: no system call per entry), hands each
-//! record on, and empties them; it walks a count map only if [`Hashed`]
-//! says a CPU used it.
+//! one record per sample ([`SampleKey`], the sampler), per counted off-CPU
+//! period ([`OffCpuPeriod`]) or per short JVM stack (`hotspot`'s) to its
+//! own slots of the active buffer's log, and only what a full log has no
+//! room for goes to the hash map. A drain reads the idle buffer's logs
+//! from the maps' memory (they are mapped here: no system call per entry),
+//! hands each record on, and empties them; it walks a hash map only if
+//! [`Hashed`] says a CPU used it.
 
 use std::{io, ptr::NonNull};
 
@@ -210,7 +210,7 @@ impl OffCpuLogs {
     }
 }
 
-/// The programs' marks of count maps they hashed a count into (see
+/// The programs' marks of the hash maps they put something in (see
 /// `profiler_common::hashed`).
 pub struct Hashed(PerCpuArray<MapData, u32>);
 
@@ -219,10 +219,10 @@ impl Hashed {
         Ok(Self(take_map(ebpf, names::HASHED)?))
     }
 
-    /// Whether some CPU hashed a count into count map `index` since the
-    /// last call that said so; clears its marks. No program may write to
-    /// that map meanwhile (an idle buffer's). Marks that cannot be read say
-    /// yes: a walk of an empty map costs time, a skipped one loses counts.
+    /// Whether some CPU put something in hash map `index` since the last
+    /// call that said so; clears its marks. No program may write to that
+    /// map meanwhile (an idle buffer's). Marks that cannot be read say yes:
+    /// a walk of an empty map costs time, a skipped one loses counts.
     pub fn was_used(&mut self, index: u32) -> bool {
         let Ok(marks) = self.0.get(&index, 0) else {
             return true;
