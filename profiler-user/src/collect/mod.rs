@@ -242,7 +242,7 @@ pub struct Collector {
     count_buffers: batch::BatchBuffers,
     /// Each CPU's samples, before any are hashed into `counts`.
     sample_logs: logs::SampleLogs,
-    /// Which count maps the programs hashed counts into.
+    /// Which hash maps (counts, stacks) the programs put something in.
     hashed: logs::Hashed,
     /// Samples drained from the logs (the rest came from `counts`).
     logged_samples: u64,
