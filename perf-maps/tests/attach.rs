@@ -553,6 +553,21 @@ fn jvm_exiting_during_attach_is_reported() {
     let pid = jvm.pid();
     // Kill the JVM the moment our client drops its .attach_pid trigger file
     // into the JVM's working directory, i.e. in the middle of the attach.
+    // Stopped first, the JVM cannot answer the attach before the kill: a
+    // running one once did (the trigger came and went between two looks
+    // of the killer, and the attach succeeded). Stopped once it can be
+    // asked (its Signal Dispatcher thread is there), or the client waits
+    // for that thread, which a stopped JVM never starts.
+    let t0 = Instant::now();
+    while let Err(err) = attach::check_attachable(pid) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "never attachable: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: plain signal to the test's own child.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
     let trigger = PathBuf::from(format!("/proc/{pid}/cwd/.attach_pid{pid}"));
     let killer = std::thread::spawn(move || {
         let t0 = Instant::now();
