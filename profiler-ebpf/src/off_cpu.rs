@@ -77,7 +77,7 @@ use crate::{
     logs::{Log, mark_hashed},
     on_cpu::active_buffer,
     python::python_stack,
-    stats::{Stats, count_in, count_stat, stats},
+    stats::count_stat,
     task,
     thread_names::thread_epoch,
 };
@@ -179,15 +179,16 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if !(out | back) {
         return 0;
     }
-    // One clock read, and one lookup of the statistics, for both sides:
-    // only if either may be of interest.
+    // One clock read for both sides: read only if either is of interest.
+    // (Not one lookup of the statistics for both sides: the pointer, live
+    // across the Python walk, made Linux 6.1's verifier explore it past
+    // its million instructions.)
     let mut now = 0;
-    let mut counted = stats();
     if out {
-        switched_out(&ctx, &mut now, &mut counted);
+        switched_out(&ctx, &mut now);
     }
     if back {
-        switched_in(&ctx, &mut now, &mut counted);
+        switched_in(&ctx, &mut now);
     }
     0
 }
@@ -384,7 +385,7 @@ fn free_slot(tid: u32) {
 /// The current thread (`prev`, which may be watched) leaves the CPU: open
 /// its period.
 #[inline(always)]
-fn switched_out(ctx: &BtfTracePointContext, now: &mut u64, stats: &mut Option<&'static mut Stats>) {
+fn switched_out(ctx: &BtfTracePointContext, now: &mut u64) {
     let prev: *const task_struct = ctx.arg(1);
     let tgid = task::tgid(prev);
     let Some(python) = watched(tgid) else {
@@ -425,7 +426,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64, stats: &mut Option<&'
         slot.tgid = tgid;
         slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
         slot.ktime_ns = now;
-        count_in(stats, stat::OFFCPU_SWITCHES);
+        count_stat(stat::OFFCPU_SWITCHES);
         return;
     }
     let (ip, sp, bp, syscall, arg) = user_registers(prev);
@@ -461,7 +462,7 @@ fn switched_out(ctx: &BtfTracePointContext, now: &mut u64, stats: &mut Option<&'
     slot.tgid = tgid;
     slot.state = report_state(preempt & 0xff != 0, prev_state as u32);
     slot.ktime_ns = now;
-    count_in(stats, stat::OFFCPU_SWITCHES);
+    count_stat(stat::OFFCPU_SWITCHES);
 }
 
 /// Walks the user stack of the current thread into `slot.sites[index]`,
@@ -492,7 +493,7 @@ fn python_site(tgid: u32, tid: u32) -> u64 {
 /// `next` (which may be watched) gets the CPU back: count the time it was
 /// away.
 #[inline(always)]
-fn switched_in(ctx: &BtfTracePointContext, now: &mut u64, stats: &mut Option<&'static mut Stats>) {
+fn switched_in(ctx: &BtfTracePointContext, now: &mut u64) {
     let next_task: *mut task_struct = ctx.arg(2);
     // Only a thread of a watched process has a slot (opened at a
     // switch-out, freed as it exits), so there is no need to test its
@@ -507,7 +508,7 @@ fn switched_in(ctx: &BtfTracePointContext, now: &mut u64, stats: &mut Option<&'s
     let blocked = clock(now, next_task).saturating_sub(slot.ktime_ns);
     slot.ktime_ns = 0;
     if blocked < OFFCPU_MIN_BLOCK_NS.load() {
-        count_in(stats, stat::OFFCPU_SHORT);
+        count_stat(stat::OFFCPU_SHORT);
         return;
     }
     count_period(slot, next_task, tid, *now, blocked);
