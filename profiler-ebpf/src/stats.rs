@@ -9,25 +9,16 @@
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use profiler_common::stat;
 
-/// This CPU's statistics, by `stat` index.
-pub type Stats = [u64; stat::COUNT as usize];
-
 #[map]
-static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
+static STATS: PerCpuArray<[u64; stat::COUNT as usize]> = PerCpuArray::with_max_entries(1, 0);
 
-/// This CPU's statistics, to count several into.
+/// Adds one to a per-CPU statistic and returns its previous value.
 #[inline(always)]
-pub fn stats() -> Option<&'static mut Stats> {
-    STATS.get_ptr_mut(0).map(|stats| unsafe { &mut *stats })
-}
-
-/// Adds one to `index` of `stats` and returns its previous value.
-#[inline(always)]
-pub fn count_in(stats: &mut Option<&'static mut Stats>, index: u32) -> u64 {
-    match stats
-        .as_mut()
-        .and_then(|stats| stats.get_mut(index as usize))
-    {
+pub fn count_stat(index: u32) -> u64 {
+    let Some(stats) = STATS.get_ptr_mut(0) else {
+        return 0;
+    };
+    match unsafe { &mut *stats }.get_mut(index as usize) {
         Some(value) => {
             let previous = *value;
             *value = previous + 1;
@@ -35,10 +26,4 @@ pub fn count_in(stats: &mut Option<&'static mut Stats>, index: u32) -> u64 {
         }
         None => 0,
     }
-}
-
-/// Adds one to a per-CPU statistic and returns its previous value.
-#[inline(always)]
-pub fn count_stat(index: u32) -> u64 {
-    count_in(&mut stats(), index)
 }
