@@ -8,10 +8,21 @@
 //! needs root for BPF), so a short-lived child does the switch and the
 //! connection, and streams the reply back over a pipe.
 //!
-//! Fork in a multi-threaded process: the child may only do async-signal-safe
-//! work. Everything (paths, the request bytes, the socket address, open
-//! descriptors) is prepared before `fork`; the child makes raw system calls
-//! only, never allocates, and leaves with `_exit`. Id changes use the raw
+//! The child shares the profiler's memory (`clone` with `CLONE_VM`, on a
+//! stack of its own), as `posix_spawn`'s does, and is not a fork. A fork
+//! write-protects every page of the profiler (tens of MiB on a Spark host)
+//! and each page it writes after that faults again, copied while the child
+//! lives: the forks for a testbed job's three new JVMs were more than half
+//! of the profiler's page faults over the job, and about a tenth of its
+//! CPU. Sharing memory, the child must not touch anything the parent
+//! uses: everything (paths, the request bytes, the socket address, open
+//! descriptors) is prepared before the `clone` and left alone until the
+//! child has been reaped; the child never allocates, cannot panic, runs
+//! with every signal blocked, and makes its system calls through
+//! [`super::raw`] (libc's wrappers would write the parent thread's `errno`).
+//! It has its own descriptor table and working directory (no `CLONE_FILES`,
+//! no `CLONE_FS`) and is its own process, so its `setns`, `fchdir`, closes
+//! and id changes are its alone. Id changes use the raw
 //! `setgroups`/`setgid`/`setuid` syscalls, which change only the calling
 //! thread (the only one in the child), rather than glibc's wrappers that
 //! try to broadcast the change to all threads.
@@ -41,6 +52,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use super::raw;
 
 /// Why an exchange failed.
 #[derive(Debug)]
@@ -280,25 +293,20 @@ pub(crate) fn exchange(req: &Request<'_>) -> Result<Vec<u8>, ExchangeError> {
     };
 
     let start = Instant::now();
-    // SAFETY: fork is safe to call; the child runs only async-signal-safe
-    // code (see `child`) and never returns.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(parent_err("fork"));
-    }
-    if child == 0 {
-        // SAFETY: we are the child of a fork; `plan` was built before it.
-        unsafe { run_child(&plan) }
-    }
+    // Dropped in the reverse order: the child (killed and reaped if still
+    // there) before its stack, and both before the plan and what it points
+    // to, which the child reads.
+    let stack = ChildStack::new()?;
+    let child = Child::start(&plan, &stack)?;
     drop(wr);
     drop(dir_fd);
     drop(ns_fd);
     let result = collect(rd, start + req.timeout, req.max_reply);
-    if result.is_err() {
-        // SAFETY: `child` is our own child process, not yet reaped.
-        unsafe { libc::kill(child, libc::SIGKILL) };
-    }
-    let status = reap(child);
+    let status = match result {
+        Ok(_) => child.reap(),
+        // Killed and reaped as it is dropped.
+        Err(_) => None,
+    };
     let mut data = result?;
     match status {
         // SIGCHLD ignored by the embedding program: the child was reaped
@@ -377,96 +385,258 @@ fn collect(rd: OwnedFd, deadline: Instant, max: usize) -> Result<Vec<u8>, Exchan
     }
 }
 
-/// Waits for the child; `None` if it was already reaped elsewhere.
-fn reap(child: libc::pid_t) -> Option<libc::c_int> {
-    let mut st = 0;
-    loop {
-        // SAFETY: waiting for our own child.
-        let r = unsafe { libc::waitpid(child, &mut st, 0) };
-        if r == child {
-            return Some(st);
+/// Bytes of the child's stack: it needs a few KiB (an 8 KiB read buffer,
+/// a `stat`), and a page below it is left unmapped, so that running past
+/// it faults instead of writing over the parent's memory.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// The stack the child runs on, unmapped when dropped.
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    fn new() -> Result<Self, ExchangeError> {
+        // SAFETY: sysconf takes a name.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = CHILD_STACK + page;
+        // SAFETY: a fresh anonymous mapping, ours alone.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(parent_err("child stack"));
         }
-        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        let stack = Self { base, len };
+        // The stack grows down: its lowest page is the guard.
+        // SAFETY: the first page of the mapping just made.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(parent_err("child stack guard"));
         }
-        return None;
+        Ok(stack)
+    }
+
+    /// Its top, 16-byte aligned, where the child starts.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is page aligned.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
     }
 }
 
-/// The child: raw syscalls only (async-signal-safe), no allocation, `_exit`.
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; the child using it has been
+        // reaped (`Child` is dropped first).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// The child making the exchange. Dropped before it was reaped, it is
+/// killed and reaped then: nothing it shares (its stack, the plan) may be
+/// let go while it runs.
+struct Child {
+    pid: libc::pid_t,
+    reaped: bool,
+}
+
+impl Child {
+    /// Starts the child on `stack`, with every signal blocked (no handler
+    /// of the parent's runs on the child's stack), running [`run_child`].
+    fn start(plan: &Plan, stack: &ChildStack) -> Result<Self, ExchangeError> {
+        extern "C" fn entry(plan: *mut libc::c_void) -> libc::c_int {
+            // SAFETY: `start` passes the plan, which outlives this child.
+            unsafe { run_child(&*plan.cast::<Plan>()) }
+        }
+        // SAFETY: sigset_t is plain data, filled before use.
+        let (mut all, mut before): (libc::sigset_t, libc::sigset_t) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: valid sets; the mask is this thread's, restored below.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        }
+        // SAFETY: the child runs `entry` on its own stack, shares our
+        // memory and touches only the plan and that stack (see `run_child`),
+        // both kept until it is reaped.
+        let pid = unsafe {
+            libc::clone(
+                entry,
+                stack.top(),
+                libc::CLONE_VM | libc::SIGCHLD,
+                std::ptr::from_ref(plan).cast_mut().cast(),
+            )
+        };
+        let err = io::Error::last_os_error();
+        // SAFETY: restores this thread's own mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+        if pid < 0 {
+            return Err(ExchangeError::Parent {
+                stage: "clone",
+                source: err,
+            });
+        }
+        Ok(Self { pid, reaped: false })
+    }
+
+    /// Waits for the child; `None` if it was reaped elsewhere (SIGCHLD
+    /// ignored by the embedding program: then `waitpid` returns once it has
+    /// exited, without its status).
+    fn reap(mut self) -> Option<libc::c_int> {
+        self.reaped = true;
+        let mut st = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(self.pid, &mut st, 0) };
+            if r == self.pid {
+                return Some(st);
+            }
+            if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // SAFETY: our own child, not reaped yet: its pid is not reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let child = Child {
+                pid: self.pid,
+                reaped: false,
+            };
+            self.reaped = true;
+            child.reap();
+        }
+    }
+}
+
+/// The child. It shares the parent's memory: it writes only to its own
+/// stack, allocates nothing, cannot panic (no indexing, no arithmetic that
+/// can overflow), and makes its system calls through [`raw`]. Leaves with
+/// [`raw::exit`].
 ///
 /// # Safety
-/// Must only be called in the child right after `fork`.
+/// Only as the child [`Child::start`] starts, with the plan it was given.
 unsafe fn run_child(p: &Plan) -> ! {
-    // SAFETY (whole body): raw system calls on descriptors and memory that
-    // were set up before fork and are still valid in this child.
-    unsafe {
-        close_other_fds(&[p.ns_fd, p.dir_fd, p.out_fd]);
-        if p.ns_fd >= 0 && libc::setns(p.ns_fd, libc::CLONE_NEWNS) != 0 {
-            fail(p.out_fd, ST_SETNS);
-        }
-        if libc::fchdir(p.dir_fd) != 0 {
-            fail(p.out_fd, ST_FCHDIR);
-        }
-        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) != 0 {
-            fail(p.out_fd, ST_SETGROUPS);
-        }
-        if libc::syscall(libc::SYS_setgid, p.gid as libc::c_long) != 0 {
-            fail(p.out_fd, ST_SETGID);
-        }
-        if libc::syscall(libc::SYS_setuid, p.uid as libc::c_long) != 0 {
-            fail(p.out_fd, ST_SETUID);
-        }
-        if !p.guard.is_null() {
-            check_guard(p);
-        }
-        let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if s < 0 {
-            fail(p.out_fd, ST_SOCKET);
-        }
-        let tvp = (&p.tv as *const libc::timeval).cast();
-        let tvl = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-        libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVTIMEO, tvp, tvl);
-        libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_SNDTIMEO, tvp, tvl);
-        let addr = (&p.addr as *const libc::sockaddr_un).cast::<libc::sockaddr>();
-        while libc::connect(s, addr, p.addr_len) != 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                fail(p.out_fd, ST_CONNECT);
-            }
-        }
-        let mut off = 0;
-        while off < p.payload_len {
-            let n = libc::send(
-                s,
-                p.payload.add(off).cast(),
-                p.payload_len - off,
-                libc::MSG_NOSIGNAL,
-            );
-            if n < 0 {
-                if *libc::__errno_location() == libc::EINTR {
-                    continue;
-                }
-                fail(p.out_fd, ST_SEND);
-            }
-            off += n as usize;
-        }
-        let mut buf = [0u8; 8192];
-        loop {
-            let n = libc::read(s, buf.as_mut_ptr().cast(), buf.len());
-            if n == 0 {
+    use libc::{
+        AF_UNIX, CLONE_NEWNS, MSG_NOSIGNAL, SO_RCVTIMEO, SO_SNDTIMEO, SOCK_CLOEXEC, SOCK_STREAM,
+        SOL_SOCKET,
+    };
+    close_other_fds(p);
+    if p.ns_fd >= 0 {
+        // SAFETY: a descriptor the parent opened on a mount namespace.
+        let joined = unsafe { sys(libc::SYS_setns, [p.ns_fd as usize, CLONE_NEWNS as usize]) };
+        or_fail(p, joined, ST_SETNS);
+    }
+    // SAFETY: a directory descriptor the parent opened.
+    or_fail(
+        p,
+        unsafe { sys(libc::SYS_fchdir, [p.dir_fd as usize]) },
+        ST_FCHDIR,
+    );
+    // SAFETY: no groups (a null list of none).
+    or_fail(p, unsafe { sys(libc::SYS_setgroups, [0, 0]) }, ST_SETGROUPS);
+    // SAFETY: ids by value.
+    or_fail(
+        p,
+        unsafe { sys(libc::SYS_setgid, [p.gid as usize]) },
+        ST_SETGID,
+    );
+    // SAFETY: as above.
+    or_fail(
+        p,
+        unsafe { sys(libc::SYS_setuid, [p.uid as usize]) },
+        ST_SETUID,
+    );
+    if !p.guard.is_null() {
+        // SAFETY: after the id switch and the `fchdir`.
+        unsafe { check_guard(p) };
+    }
+    let flags = (SOCK_STREAM | SOCK_CLOEXEC) as usize;
+    // SAFETY: arguments by value.
+    let s = or_fail(
+        p,
+        unsafe { sys(libc::SYS_socket, [AF_UNIX as usize, flags, 0]) },
+        ST_SOCKET,
+    );
+    let tv = std::ptr::from_ref(&p.tv) as usize;
+    let tvl = std::mem::size_of::<libc::timeval>();
+    for option in [SO_RCVTIMEO, SO_SNDTIMEO] {
+        let level = SOL_SOCKET as usize;
+        // SAFETY: a timeval of the plan's and its size. Best effort.
+        let _ = unsafe { sys(libc::SYS_setsockopt, [s, level, option as usize, tv, tvl]) };
+    }
+    let addr = std::ptr::from_ref(&p.addr) as usize;
+    loop {
+        // SAFETY: the plan's address and its length.
+        match unsafe { sys(libc::SYS_connect, [s, addr, p.addr_len as usize]) } {
+            Err(libc::EINTR) => continue,
+            connected => {
+                or_fail(p, connected, ST_CONNECT);
                 break;
             }
-            if n < 0 {
-                if *libc::__errno_location() == libc::EINTR {
-                    continue;
+        }
+    }
+    let mut off = 0;
+    while off < p.payload_len {
+        // SAFETY: `off < payload_len`: inside the plan's payload.
+        let at = unsafe { p.payload.add(off) } as usize;
+        let left = p.payload_len - off;
+        // SAFETY: that part of the payload, no address (a connected socket).
+        let sent = unsafe { sys(libc::SYS_sendto, [s, at, left, MSG_NOSIGNAL as usize, 0, 0]) };
+        match sent {
+            Err(libc::EINTR) => {}
+            sent => off += or_fail(p, sent, ST_SEND),
+        }
+    }
+    let mut buf = [0u8; 8192];
+    let room = (buf.as_mut_ptr() as usize, buf.len());
+    loop {
+        // SAFETY: into `buf`, on this stack.
+        match unsafe { sys(libc::SYS_read, [s, room.0, room.1]) } {
+            Ok(0) => break,
+            Err(libc::EINTR) => {}
+            read => {
+                let n = or_fail(p, read, ST_RECV);
+                // SAFETY: the `n <= buf.len()` bytes just read into `buf`.
+                if unsafe { !write_all(p.out_fd, buf.as_ptr(), n) } {
+                    raw::exit(125);
                 }
-                fail(p.out_fd, ST_RECV);
-            }
-            if !write_all(p.out_fd, buf.as_ptr(), n as usize) {
-                libc::_exit(125);
             }
         }
-        libc::_exit(0)
+    }
+    raw::exit(0)
+}
+
+/// System call `nr` with the arguments given (the rest zero).
+///
+/// # Safety
+/// As [`raw::syscall`].
+unsafe fn sys<const N: usize>(nr: libc::c_long, given: [usize; N]) -> raw::SysResult {
+    let mut args = [0usize; 6];
+    for (arg, value) in args.iter_mut().zip(given) {
+        *arg = value;
+    }
+    // SAFETY: as the caller's.
+    unsafe { raw::syscall(nr, args) }
+}
+
+/// The value of `ret`; an error is reported as `stage`, and the child exits.
+fn or_fail(p: &Plan, ret: raw::SysResult, stage: i32) -> usize {
+    match ret {
+        Ok(value) => value,
+        Err(errno) => fail_with(p.out_fd, stage, errno as u32),
     }
 }
 
@@ -478,105 +648,105 @@ unsafe fn run_child(p: &Plan) -> ! {
 /// # Safety
 /// Only in the child, after the id switch and the `fchdir`.
 unsafe fn check_guard(p: &Plan) {
-    // SAFETY (whole body): raw system calls on a NUL-terminated name and a
-    // stat buffer on this stack.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(p.dir_fd, &mut st) != 0 {
-            fail(p.out_fd, GuardCheck::Create.code());
-        }
-        if st.st_mode & libc::S_IWOTH != 0 && st.st_mode & libc::S_ISVTX == 0 {
-            fail_with(p.out_fd, GuardCheck::OpenDirectory.code(), st.st_mode);
-        }
-        let flags = libc::O_WRONLY
-            | libc::O_CREAT
-            | libc::O_EXCL
-            | libc::O_NOFOLLOW
-            | libc::O_NONBLOCK
-            | libc::O_CLOEXEC;
-        let fd = libc::open(p.guard, flags, 0o600 as libc::c_uint);
-        if fd >= 0 {
-            libc::close(fd);
+    let create = GuardCheck::Create.code();
+    // SAFETY: stat is plain data.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let st_at = std::ptr::from_mut(&mut st) as usize;
+    // SAFETY: the plan's directory, into `st` on this stack.
+    or_fail(
+        p,
+        unsafe { sys(libc::SYS_fstat, [p.dir_fd as usize, st_at]) },
+        create,
+    );
+    if st.st_mode & libc::S_IWOTH != 0 && st.st_mode & libc::S_ISVTX == 0 {
+        fail_with(p.out_fd, GuardCheck::OpenDirectory.code(), st.st_mode);
+    }
+    let cwd = libc::AT_FDCWD as usize;
+    let name = p.guard as usize;
+    let flags = libc::O_WRONLY
+        | libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_NOFOLLOW
+        | libc::O_NONBLOCK
+        | libc::O_CLOEXEC;
+    // SAFETY: the plan's NUL-terminated name, relative to the directory.
+    match unsafe { sys(libc::SYS_openat, [cwd, name, flags as usize, 0o600]) } {
+        Ok(fd) => {
+            // SAFETY: the descriptor just opened.
+            let _ = unsafe { sys(libc::SYS_close, [fd]) };
             return;
         }
-        if *libc::__errno_location() != libc::EEXIST {
-            fail(p.out_fd, GuardCheck::Create.code());
-        }
-        // Something is there: look at it without opening it (a FIFO would
-        // block, a device could act) and without following a link.
-        let fd = libc::open(p.guard, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
-        if fd < 0 || libc::fstat(fd, &mut st) != 0 {
-            fail(p.out_fd, GuardCheck::Create.code());
-        }
-        libc::close(fd);
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            fail_with(p.out_fd, GuardCheck::Kind.code(), st.st_mode & libc::S_IFMT);
-        }
-        if st.st_uid != p.uid {
-            fail_with(p.out_fd, GuardCheck::Owner.code(), st.st_uid);
-        }
-        if st.st_nlink != 1 {
-            fail_with(p.out_fd, GuardCheck::Links.code(), st.st_nlink as u32);
-        }
+        Err(libc::EEXIST) => {}
+        Err(errno) => fail_with(p.out_fd, create, errno as u32),
+    }
+    // Something is there: look at it without opening it (a FIFO would
+    // block, a device could act) and without following a link.
+    let flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as usize;
+    // SAFETY: as above.
+    let fd = or_fail(
+        p,
+        unsafe { sys(libc::SYS_openat, [cwd, name, flags]) },
+        create,
+    );
+    // SAFETY: the descriptor just opened, into `st`.
+    or_fail(p, unsafe { sys(libc::SYS_fstat, [fd, st_at]) }, create);
+    // SAFETY: the descriptor just opened.
+    let _ = unsafe { sys(libc::SYS_close, [fd]) };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        fail_with(p.out_fd, GuardCheck::Kind.code(), st.st_mode & libc::S_IFMT);
+    }
+    if st.st_uid != p.uid {
+        fail_with(p.out_fd, GuardCheck::Owner.code(), st.st_uid);
+    }
+    if st.st_nlink != 1 {
+        fail_with(p.out_fd, GuardCheck::Links.code(), st.st_nlink as u32);
     }
 }
 
-/// Closes every descriptor except `keep` (and stdio), so that our pipe's write
-/// end is not held open by unrelated inherited descriptors and theirs are
-/// not held by us. Best effort: `close_range` needs Linux 5.9.
-unsafe fn close_other_fds(keep: &[libc::c_int]) {
-    let mut k = [keep[0], keep[1], keep[2]];
-    k.sort_unstable();
-    let mut from: libc::c_uint = 3;
-    for &fd in &k {
-        if fd < 0 {
-            continue;
-        }
-        let fd = fd as libc::c_uint;
+/// Closes every descriptor but the plan's (and stdio), so that our pipe's
+/// write end is not held open by unrelated inherited descriptors and theirs
+/// are not held by us. Best effort: `close_range` needs Linux 5.9.
+fn close_other_fds(p: &Plan) {
+    let mut keep = [p.ns_fd, p.dir_fd, p.out_fd];
+    keep.sort_unstable();
+    let mut from: u32 = 3;
+    for fd in keep {
+        let Ok(fd) = u32::try_from(fd) else { continue };
         if fd > from {
-            // SAFETY: raw syscall on our own descriptor table.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+            // SAFETY: our own (the child's) descriptor table.
+            let _ = unsafe { sys(libc::SYS_close_range, [from as usize, (fd - 1) as usize, 0]) };
         }
-        from = from.max(fd + 1);
+        from = from.max(fd.saturating_add(1));
     }
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
-}
-
-/// Sends errno to the parent, then exits with the stage code.
-unsafe fn fail(out: libc::c_int, stage: i32) -> ! {
-    // SAFETY: errno location is thread-local and valid; out is our pipe.
-    unsafe {
-        let e = (*libc::__errno_location()).to_ne_bytes();
-        write_all(out, e.as_ptr(), e.len());
-        libc::_exit(stage)
-    }
+    let _ = unsafe { sys(libc::SYS_close_range, [from as usize, u32::MAX as usize, 0]) };
 }
 
 /// Sends `value` in the errno slot, then exits with `stage`.
-unsafe fn fail_with(out: libc::c_int, stage: i32, value: u32) -> ! {
-    // SAFETY: out is our pipe.
-    unsafe {
-        let bytes = (value as i32).to_ne_bytes();
-        write_all(out, bytes.as_ptr(), bytes.len());
-        libc::_exit(stage)
-    }
+fn fail_with(out: libc::c_int, stage: i32, value: u32) -> ! {
+    let bytes = (value as i32).to_ne_bytes();
+    // SAFETY: four bytes on this stack, to our pipe.
+    unsafe { write_all(out, bytes.as_ptr(), bytes.len()) };
+    raw::exit(stage)
 }
 
+/// Writes `len` bytes at `p` to `fd`, through [`raw`].
+///
+/// # Safety
+/// `p..p + len` must be readable.
 unsafe fn write_all(fd: libc::c_int, mut p: *const u8, mut len: usize) -> bool {
     while len > 0 {
-        // SAFETY: p..p+len is valid memory owned by the caller.
-        let n = unsafe { libc::write(fd, p.cast(), len) };
-        if n < 0 {
-            // SAFETY: thread-local errno.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
-                continue;
+        // SAFETY: p..p+len is readable (the caller's).
+        match unsafe { sys(libc::SYS_write, [fd as usize, p as usize, len]) } {
+            Ok(n) => {
+                let n = n.min(len);
+                // SAFETY: n <= len.
+                p = unsafe { p.add(n) };
+                len -= n;
             }
-            return false;
+            Err(libc::EINTR) => {}
+            Err(_) => return false,
         }
-        // SAFETY: n <= len.
-        p = unsafe { p.add(n as usize) };
-        len -= n as usize;
     }
     true
 }
@@ -667,6 +837,70 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The child shares our memory: a failing one leaves the errno of the
+    /// thread that made it alone (libc's wrappers in the child would write
+    /// it), and our pages are not made copy-on-write (a fork makes every
+    /// page written after it fault again).
+    #[test]
+    fn the_child_shares_memory_without_touching_the_callers() {
+        let pages = 4096;
+        let mut memory = vec![1u8; pages * 4096];
+        let d = tempfile::tempdir().unwrap();
+        let faults = || {
+            // SAFETY: rusage is plain data, filled by getrusage.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: this thread's usage into `usage`.
+            assert_eq!(
+                unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+                0
+            );
+            usage.ru_minflt
+        };
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EDOM };
+        let err = exchange(&Request {
+            dir: d.path(),
+            name: "missing",
+            mnt_ns: None,
+            uid: 0,
+            gid: 0,
+            payload: b"x",
+            timeout: Duration::from_secs(5),
+            max_reply: 1024,
+            guard: None,
+        })
+        .unwrap_err();
+        // SAFETY: as above.
+        let errno = unsafe { *libc::__errno_location() };
+        assert!(
+            matches!(
+                err,
+                ExchangeError::Child {
+                    stage: "connect",
+                    errno: libc::ENOENT
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(errno, libc::EDOM, "the child wrote its errno into ours");
+        let before = faults();
+        for page in memory.chunks_mut(4096) {
+            page[0] = 2;
+        }
+        let after = faults();
+        assert!(
+            after - before < pages as i64 / 8,
+            "{} of {pages} pages faulted again",
+            after - before
+        );
+        assert!(
+            std::hint::black_box(&memory)
+                .iter()
+                .step_by(4096)
+                .all(|&b| b == 2)
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@
 
 pub mod backoff;
 mod exchange;
+mod raw;
 pub mod thread_dump;
 pub mod version;
 
