@@ -22,7 +22,7 @@
 //! - [`trust`]: open a map only if it cannot have been planted by another
 //!   user (`/tmp` is world-writable).
 //! - [`attach`]: the HotSpot attach protocol (what `jcmd` does), run from a
-//!   forked child with the JVM's credentials, so we can ask a running JVM for
+//!   child process with the JVM's credentials, so we can ask a running JVM for
 //!   `Compiler.perfmap` without any JDK tool installed on the host.
 #![warn(missing_docs)]
 

@@ -14,12 +14,15 @@
  * changes it. On a host with more CPUs the others stay free for the
  * profiler's own process.
  *
- * usage: pingpong ROUND_TRIPS
+ * usage: pingpong ROUND_TRIPS [BLOCKS]
  *
- * The parent forks the child, prints "pids PARENT CHILD" and waits for a
- * line on stdin before the first round trip (so that a profiler can be
- * started with both pids first), then prints "elapsed SECONDS" (monotonic
- * clock around the round trips only) and exits 0.
+ * The parent forks the child and prints "pids PARENT CHILD". Then, BLOCKS
+ * times (1 unless given), it waits for a line on stdin (so that a profiler
+ * can be started, or stopped, with both pids first), makes ROUND_TRIPS
+ * round trips and prints "elapsed SECONDS" (monotonic clock around those
+ * round trips only). It exits 0 after the last block. Blocks of one pair
+ * of processes compare conditions without the spread from one pair of
+ * processes to the next (where the two land).
  *
  * Built with frame pointers, like the programs sparkprof is meant for.
  */
@@ -59,11 +62,16 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s ROUND_TRIPS\n", argv[0]);
+	if (argc != 2 && argc != 3) {
+		fprintf(stderr, "usage: %s ROUND_TRIPS [BLOCKS]\n", argv[0]);
 		return 2;
 	}
 	uint64_t trips = strtoull(argv[1], NULL, 10);
+	uint64_t blocks = argc == 3 ? strtoull(argv[2], NULL, 10) : 1;
+	if (trips == 0 || blocks == 0) {
+		fprintf(stderr, "pingpong: ROUND_TRIPS and BLOCKS must be positive\n");
+		return 2;
+	}
 	cpu_set_t cpu0;
 	CPU_ZERO(&cpu0);
 	CPU_SET(0, &cpu0);
@@ -78,7 +86,7 @@ int main(int argc, char **argv)
 	if (child == 0) {
 		close(to_child[1]);
 		close(to_parent[0]);
-		for (uint64_t i = 0; i < trips; i++)
+		for (uint64_t i = 0; i < trips * blocks; i++)
 			bounce(to_child[0], to_parent[1], 0);
 		_exit(0);
 	}
@@ -87,19 +95,29 @@ int main(int argc, char **argv)
 	printf("pids %d %d\n", (int)getpid(), (int)child);
 	fflush(stdout);
 	char line[64];
-	if (!fgets(line, sizeof line, stdin))
-		fail("waiting for the go line on stdin");
-	double start = now();
-	for (uint64_t i = 0; i < trips; i++)
-		bounce(to_parent[0], to_child[1], 1);
-	double elapsed = now() - start;
+	double last = 0;
+	for (uint64_t block = 0; block < blocks; block++) {
+		if (!fgets(line, sizeof line, stdin))
+			fail("waiting for the go line on stdin");
+		double start = now();
+		for (uint64_t i = 0; i < trips; i++)
+			bounce(to_parent[0], to_child[1], 1);
+		double seconds = now() - start;
+		if (block + 1 < blocks) {
+			printf("elapsed %.6f\n", seconds);
+			fflush(stdout);
+		} else {
+			last = seconds;
+		}
+	}
 	int status;
 	if (waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
 	    WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "pingpong: the child failed\n");
 		return 1;
 	}
-	printf("elapsed %.6f\n", elapsed);
+	/* The last block's time once the child is known to have done well. */
+	printf("elapsed %.6f\n", last);
 	fflush(stdout);
 	return 0;
 }

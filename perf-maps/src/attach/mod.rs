@@ -25,7 +25,7 @@
 //!    to normally; if the socket file was removed (e.g. by a `/tmp`
 //!    cleaner), it is refused with [`AttachError::ReducedSignals`] and never
 //!    signalled.
-//! 3. Connect as the JVM's euid/egid from a forked child (the private
+//! 3. Connect as the JVM's euid/egid from a child process (the private
 //!    `exchange` module explains why and how) and send
 //!    `1\0<cmd>\0<a1>\0<a2>\0<a3>\0`; the reply is a decimal status line,
 //!    then output until EOF.

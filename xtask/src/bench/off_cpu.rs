@@ -7,10 +7,15 @@
 //!    scheduler put them and varies tenfold). Run without
 //!    and with `sparkprof record --pid PARENT --pid CHILD`, once on-CPU only
 //!    (the reference: what sparkprof costs without `--off-cpu`) and once
-//!    with `--off-cpu`, in interleaved pairs whose order alternates. The
-//!    workload waits for a line on stdin after its fork, so that sparkprof
-//!    starts with both pids and records before the first round trip; the
-//!    time is the workload's own, around the round trips only.
+//!    with `--off-cpu`, in interleaved pairs whose order alternates. A pair
+//!    is two blocks of round trips of one ping-pong, one without and one
+//!    with: the workload waits for a line on stdin before each block, so
+//!    that sparkprof starts with both pids and records before the block's
+//!    first round trip (and is stopped before the block without); the time
+//!    is the workload's own, around each block's round trips only. The
+//!    slowdowns over the floor (the empty program) are means of the pairs'
+//!    ratios with a 95 % interval, judged against issue 19's targets only
+//!    when the interval is on one side of them.
 //! 2. sparkprof's CPU (utime + stime from `/proc/PID/stat`) over the round
 //!    trips of each profiled run.
 //! 3. The in-kernel cost per `sched_switch` invocation: `run_time_ns /
@@ -46,7 +51,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SPARKPROF_OUTPUT, SysctlGuard,
     TimedPair, Tool, bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field,
-    fdinfo_run_stats, interleaved_pairs, met, pair_rows, progress, run_pair, sparkprof_index,
+    fdinfo_run_stats, interleaved_pairs, mean_and_sd, met, pair_rows, progress, sparkprof_index,
     spread_percent, wait_for_quiet_host,
 };
 
@@ -69,6 +74,10 @@ const MIN_BLOCK_US: u64 = 100;
 /// Targets (issue 5, see BENCHMARKS.md).
 pub const TARGET_SLOWDOWN_PERCENT: f64 = 5.0;
 pub const TARGET_SPARK_SLOWDOWN_PERCENT: f64 = 1.0;
+/// Issue 19: the recorded ping-pong within this many points of the floor,
+/// and one not recorded within that many.
+const TARGET_RECORDED_POINTS: f64 = 3.0;
+const TARGET_NOT_RECORDED_POINTS: f64 = 1.0;
 
 /// What runs beside the ping-pong in a "with" run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,11 +190,7 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
     let mut modes: Vec<ModeResult> = Mode::ALL.into_iter().map(ModeResult::new).collect();
     interleaved_pairs(runs, &mut modes, |pair, profiled_first, result| {
         let mode = result.arm;
-        let (unprofiled, (profiled, cpu, window, stats)) = run_pair(
-            profiled_first,
-            || harness.unprofiled_run(),
-            || harness.profiled_run(mode),
-        )?;
+        let (unprofiled, (profiled, cpu, window, stats)) = harness.pair(mode, profiled_first)?;
         progress(&format!(
             "[offcpu] pair {}/{runs}, {}: {unprofiled:.3} s without, {profiled:.3} s with sparkprof ({:.3}); sparkprof {:.2} s of CPU",
             pair + 1,
@@ -229,21 +234,45 @@ struct Harness<'a> {
 }
 
 impl Harness<'_> {
-    fn unprofiled_run(&self) -> Result<f64> {
-        let mut pingpong = PingPong::start(self.binary)?;
-        pingpong.work.go()?;
-        pingpong.work.finish()
+    /// One pair: two blocks of round trips of one ping-pong, one without
+    /// and one with `mode` beside it (in that order, or the other), and
+    /// what [`Self::profiled_block`] says of the one with.
+    fn pair(
+        &self,
+        mode: Mode,
+        profiled_first: bool,
+    ) -> Result<(f64, (f64, Duration, Duration, Stats))> {
+        let mut pingpong = PingPong::start(self.binary, 2)?;
+        let (mut unprofiled, mut profiled) = (None, None);
+        for with in [profiled_first, !profiled_first] {
+            if with {
+                profiled = Some(self.profiled_block(&mut pingpong, mode)?);
+            } else {
+                pingpong.work.go()?;
+                unprofiled = Some(pingpong.work.elapsed()?);
+            }
+        }
+        pingpong.work.exit()?;
+        match (unprofiled, profiled) {
+            (Some(unprofiled), Some(profiled)) => Ok((unprofiled, profiled)),
+            _ => bail!("a ping-pong pair without both blocks"),
+        }
     }
 
-    /// Wall seconds, sparkprof's CPU over them and the wall window of that,
-    /// and the recording's statistics.
-    fn profiled_run(&self, mode: Mode) -> Result<(f64, Duration, Duration, Stats)> {
-        let mut pingpong = PingPong::start(self.binary)?;
+    /// One block of `pingpong` with `mode` beside it: its seconds,
+    /// sparkprof's CPU over them and the wall window of that, and the
+    /// recording's statistics. sparkprof (or the empty program) is there
+    /// before the block's first round trip and gone after its last.
+    fn profiled_block(
+        &self,
+        pingpong: &mut PingPong,
+        mode: Mode,
+    ) -> Result<(f64, Duration, Duration, Stats)> {
         if mode == Mode::EmptyProgram {
             let hook = EmptySchedSwitchProgram::attach()?;
             let started = Instant::now();
             pingpong.work.go()?;
-            let seconds = pingpong.work.finish()?;
+            let seconds = pingpong.work.elapsed()?;
             let window = started.elapsed();
             drop(hook);
             return Ok((seconds, Duration::ZERO, window, Stats::default()));
@@ -257,7 +286,7 @@ impl Harness<'_> {
         let recorder = SparkprofRun::start(self.sparkprof, self.dir, mode, pids)?;
         let (cpu_before, started) = (cpu_time(recorder.pid())?, Instant::now());
         pingpong.work.go()?;
-        let seconds = pingpong.work.finish()?;
+        let seconds = pingpong.work.elapsed()?;
         let cpu = cpu_time(recorder.pid())?.saturating_sub(cpu_before);
         let window = started.elapsed();
         let stats = recorder.stop()?;
@@ -332,7 +361,7 @@ impl Harness<'_> {
         let mut rounds = Vec::new();
         for round in 1..=KERNEL_ROUNDS {
             for recorded in [true, false] {
-                let mut pingpong = PingPong::start(self.binary)?;
+                let mut pingpong = PingPong::start(self.binary, 1)?;
                 let empty = EmptySchedSwitchProgram::attach()?;
                 let (mode, pids) = match recorded {
                     true => (Mode::OffCpu, pingpong.pids),
@@ -386,9 +415,13 @@ struct PingPong {
 }
 
 impl PingPong {
-    fn start(binary: &Path) -> Result<Self> {
+    /// The workload, to run `blocks` blocks of [`ROUND_TRIPS`] round trips
+    /// (one per `go`).
+    fn start(binary: &Path, blocks: u32) -> Result<Self> {
         let work = GoWorkload::start(
-            Command::new(binary).arg(ROUND_TRIPS.to_string()),
+            Command::new(binary)
+                .arg(ROUND_TRIPS.to_string())
+                .arg(blocks.to_string()),
             "the ping-pong workload",
         )?;
         let pids: Vec<u32> = work
@@ -716,8 +749,12 @@ impl OffCpuReport {
              only (99 Hz); `sparkprof record --off-cpu` recording another process (the \
              ping-pong pays what every process on the host pays); `sparkprof record --off-cpu \
              --pid PARENT --pid CHILD` (the worst case; default `--min-block-us` \
-             {MIN_BLOCK_US}). sparkprof is started afresh for each run and records before the \
-             first round trip; time from the workload, round trips only.\n\n\
+             {MIN_BLOCK_US}). A pair is two blocks of {ROUND_TRIPS} round trips of one \
+             ping-pong (the same two processes), one without and one with, so that the \
+             spread from one pair of processes to the next stays out of the pair's ratio. \
+             sparkprof (or the empty program) is started afresh for each pair's block with \
+             and records before its first round trip, and is gone before the block without; \
+             time from the workload, round trips only.\n\n\
              | pair (order) | beside the ping-pong | without, s | with, s | ratio |\n\
              |---|---|--:|--:|--:|\n"
         );
@@ -776,6 +813,12 @@ impl OffCpuReport {
             points(Mode::OffCpu, Mode::OnCpu),
             points(Mode::OffCpuOthers, Mode::EmptyProgram),
         );
+        text += "\n| against the floor | points over it, mean of the pairs' ratios (95 % interval) | target (issue 19) |\n|---|--:|---|\n";
+        text += &self.over_floor_row(Mode::OffCpu, TARGET_RECORDED_POINTS);
+        text += &self.over_floor_row(Mode::OffCpuOthers, TARGET_NOT_RECORDED_POINTS);
+        text += "\nThe interval is the mean's, about two standard errors of each side's ratios \
+             combined; a verdict is given only when the whole interval is on one side of the \
+             target.\n";
         if let Some(off) = self.modes.iter().find(|m| m.arm == Mode::OffCpu) {
             let switches: u64 = off.pairs.iter().map(|p| p.extra.offcpu_switches).sum();
             let short: u64 = off.pairs.iter().map(|p| p.extra.offcpu_short).sum();
@@ -810,6 +853,43 @@ impl OffCpuReport {
             text += &cost.markdown();
         }
         text
+    }
+
+    /// A row of `mode`'s slowdown over the floor's (the empty program's),
+    /// in points: the difference of the means of their pairs' ratios, with
+    /// a 95 % interval, against `target`.
+    fn over_floor_row(&self, mode: Mode, target: f64) -> String {
+        let ratios = |arm: Mode| {
+            self.modes
+                .iter()
+                .find(|m| m.arm == arm)
+                .map(|m| m.ratios())
+                .unwrap_or_default()
+        };
+        let (with, floor) = (ratios(mode), ratios(Mode::EmptyProgram));
+        let ((mean, sd), (floor_mean, floor_sd)) = (mean_and_sd(&with), mean_and_sd(&floor));
+        let points = 100.0 * (mean - floor_mean);
+        let half = match (sd, floor_sd) {
+            (Some(sd), Some(floor_sd)) => {
+                200.0
+                    * (sd.powi(2) / with.len() as f64 + floor_sd.powi(2) / floor.len() as f64)
+                        .sqrt()
+            }
+            _ => f64::INFINITY,
+        };
+        let verdict = if points + half <= target {
+            met(true).to_owned()
+        } else if points - half > target {
+            met(false).to_owned()
+        } else {
+            format!("not resolved here (± {half:.1} points: more pairs, `--runs N`)")
+        };
+        format!(
+            "| {} | {points:+.1} ({:+.1} – {:+.1}) | ≤ {target} points: {verdict} |\n",
+            mode.label(),
+            points - half,
+            points + half
+        )
     }
 
     fn kernel_markdown(&self) -> String {
