@@ -816,11 +816,10 @@ mod tests {
         assert_eq!(unsafe { (libc::geteuid(), libc::getegid()) }, (0, 0));
     }
 
-    #[test]
-    fn connect_failure_reports_stage() {
-        let d = tempfile::tempdir().unwrap();
-        let err = exchange(&Request {
-            dir: d.path(),
+    /// A request to a socket `dir` does not have, as root.
+    fn to_missing_socket(dir: &Path) -> Request<'_> {
+        Request {
+            dir,
             name: "missing",
             mnt_ns: None,
             uid: 0,
@@ -829,8 +828,13 @@ mod tests {
             timeout: Duration::from_secs(5),
             max_reply: 1024,
             guard: None,
-        })
-        .unwrap_err();
+        }
+    }
+
+    #[test]
+    fn connect_failure_reports_stage() {
+        let d = tempfile::tempdir().unwrap();
+        let err = exchange(&to_missing_socket(d.path())).unwrap_err();
         match err {
             ExchangeError::Child { stage, errno } => {
                 assert_eq!((stage, errno), ("connect", libc::ENOENT));
@@ -860,18 +864,7 @@ mod tests {
         };
         // SAFETY: this thread's errno.
         unsafe { *libc::__errno_location() = libc::EDOM };
-        let err = exchange(&Request {
-            dir: d.path(),
-            name: "missing",
-            mnt_ns: None,
-            uid: 0,
-            gid: 0,
-            payload: b"x",
-            timeout: Duration::from_secs(5),
-            max_reply: 1024,
-            guard: None,
-        })
-        .unwrap_err();
+        let err = exchange(&to_missing_socket(d.path())).unwrap_err();
         // SAFETY: as above.
         let errno = unsafe { *libc::__errno_location() };
         assert!(
