@@ -490,6 +490,11 @@ impl Child {
     /// ignored by the embedding program: then `waitpid` returns once it has
     /// exited, without its status).
     fn reap(mut self) -> Option<libc::c_int> {
+        self.wait()
+    }
+
+    /// [`Self::reap`], for `drop` too.
+    fn wait(&mut self) -> Option<libc::c_int> {
         self.reaped = true;
         let mut st = 0;
         loop {
@@ -511,12 +516,7 @@ impl Drop for Child {
         if !self.reaped {
             // SAFETY: our own child, not reaped yet: its pid is not reused.
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
-            let child = Child {
-                pid: self.pid,
-                reaped: false,
-            };
-            self.reaped = true;
-            child.reap();
+            self.wait();
         }
     }
 }

@@ -51,8 +51,8 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SPARKPROF_OUTPUT, SysctlGuard,
     TimedPair, Tool, bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field,
-    fdinfo_run_stats, interleaved_pairs, mean_and_sd, met, pair_rows, progress, sparkprof_index,
-    spread_percent, wait_for_quiet_host,
+    fdinfo_run_stats, interleaved_pairs, mean_and_sd, met, pair_rows, progress, run_pair,
+    sparkprof_index, spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -242,21 +242,18 @@ impl Harness<'_> {
         mode: Mode,
         profiled_first: bool,
     ) -> Result<(f64, (f64, Duration, Duration, Stats))> {
-        let mut pingpong = PingPong::start(self.binary, 2)?;
-        let (mut unprofiled, mut profiled) = (None, None);
-        for with in [profiled_first, !profiled_first] {
-            if with {
-                profiled = Some(self.profiled_block(&mut pingpong, mode)?);
-            } else {
-                pingpong.work.go()?;
-                unprofiled = Some(pingpong.work.elapsed()?);
-            }
-        }
-        pingpong.work.exit()?;
-        match (unprofiled, profiled) {
-            (Some(unprofiled), Some(profiled)) => Ok((unprofiled, profiled)),
-            _ => bail!("a ping-pong pair without both blocks"),
-        }
+        let pingpong = std::cell::RefCell::new(PingPong::start(self.binary, 2)?);
+        let pair = run_pair(
+            profiled_first,
+            || {
+                let work = &mut pingpong.borrow_mut().work;
+                work.go()?;
+                work.elapsed()
+            },
+            || self.profiled_block(&mut pingpong.borrow_mut(), mode),
+        )?;
+        pingpong.into_inner().work.exit()?;
+        Ok(pair)
     }
 
     /// One block of `pingpong` with `mode` beside it: its seconds,
