@@ -13,9 +13,9 @@
 //!    that sparkprof starts with both pids and records before the block's
 //!    first round trip (and is stopped before the block without); the time
 //!    is the workload's own, around each block's round trips only. The
-//!    slowdowns over the floor (the empty program) are means of the pairs'
-//!    ratios with a 95 % interval, judged against issue 19's targets only
-//!    when the interval is on one side of them.
+//!    slowdowns over the floor (the empty program) that issue 19 sets
+//!    targets for are measured block by block ([`blocks`], 6.1b): a pair's
+//!    ratio spreads by more than the point they must resolve.
 //! 2. sparkprof's CPU (utime + stime from `/proc/PID/stat`) over the round
 //!    trips of each profiled run.
 //! 3. The in-kernel cost per `sched_switch` invocation: `run_time_ns /
@@ -40,7 +40,6 @@
 
 use std::{
     fs,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::Path,
     process::Command,
     time::{Duration, Instant},
@@ -48,11 +47,15 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod blocks;
+mod bpf;
+
+use bpf::{EmptySchedSwitchProgram, program_stats};
+
 use super::{
     ArmPairs, Bench, GoWorkload, Profiler, ProgStats, Recorder, SPARKPROF_OUTPUT, SysctlGuard,
-    TimedPair, Tool, bench_unique, bpf_prog_fdinfos, compile_c, cpu_time, fdinfo_field,
-    fdinfo_run_stats, interleaved_pairs, mean_and_sd, met, pair_rows, progress, run_pair,
-    sparkprof_index, spread_percent, wait_for_quiet_host,
+    TimedPair, Tool, bench_unique, compile_c, cpu_time, interleaved_pairs, met, pair_rows,
+    progress, run_pair, sparkprof_index, spread_percent, wait_for_quiet_host,
 };
 
 /// Round trips of one ping-pong run: about 2.5 s on the reference host.
@@ -65,8 +68,6 @@ const SCHED_SWITCH_PROGRAM: &str = profiler_common::names::PROGRAM_SCHED_SWITCH;
 const TASK_NEWTASK_PROGRAM: &str = profiler_common::names::PROGRAM_TASK_NEWTASK;
 /// The task iterator that marks the threads a newly watched process has.
 const MARK_THREADS_PROGRAM: &str = profiler_common::names::PROGRAM_MARK_WATCHED;
-/// The kernel keeps a program's name to this many bytes.
-const PROGRAM_NAME_LEN: usize = 15;
 /// sparkprof's sampling rate beside the Spark job (section 5's).
 const SPARK_HZ: u32 = 99;
 /// sparkprof's default `--min-block-us`, for the report.
@@ -153,6 +154,8 @@ pub struct KernelRound {
 
 pub struct OffCpuReport {
     pub modes: Vec<ModeResult>,
+    /// 6.1b: the figures against the floor, block by block.
+    pub blocks: Vec<blocks::Round>,
     pub kernel: Vec<KernelRound>,
     /// The Spark job without and with `--off-cpu`.
     pub spark: Option<super::spark::Runtime>,
@@ -208,6 +211,7 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
         });
         Ok(())
     })?;
+    let blocks = blocks::measure(&bench.sparkprof, &binary, &dir, runs)?;
     let kernel = harness.kernel_cost()?;
     // The Spark job of section 5, beside `sparkprof record --off-cpu`.
     let (spark, spark_kernel) = super::spark::job_pairs_then(
@@ -221,6 +225,7 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
     )?;
     Ok(OffCpuReport {
         modes,
+        blocks,
         kernel,
         spark: Some(spark),
         spark_kernel: Some(spark_kernel),
@@ -415,9 +420,14 @@ impl PingPong {
     /// The workload, to run `blocks` blocks of [`ROUND_TRIPS`] round trips
     /// (one per `go`).
     fn start(binary: &Path, blocks: u32) -> Result<Self> {
+        Self::start_blocks(binary, ROUND_TRIPS, blocks)
+    }
+
+    /// The workload, to run `blocks` blocks of `trips` round trips.
+    fn start_blocks(binary: &Path, trips: u64, blocks: u32) -> Result<Self> {
         let work = GoWorkload::start(
             Command::new(binary)
-                .arg(ROUND_TRIPS.to_string())
+                .arg(trips.to_string())
                 .arg(blocks.to_string()),
             "the ping-pong workload",
         )?;
@@ -494,171 +504,6 @@ impl SparkprofRun {
         self.0.remove_output();
         Ok(stats)
     }
-}
-
-/// `(run_time_ns, run_cnt)` of the BPF program called `program` (one of
-/// sparkprof's tracing programs) that process `pid` holds.
-fn program_stats(pid: i32, program: &str) -> Result<(u64, u64)> {
-    let kept = &program[..program.len().min(PROGRAM_NAME_LEN)];
-    for (path, info) in bpf_prog_fdinfos(pid)? {
-        let field = |name: &str| fdinfo_field(&info, name);
-        let Some(id) = field("prog_id") else {
-            continue;
-        };
-        if prog_name(id as u32)? != kept {
-            continue;
-        }
-        return fdinfo_run_stats(&path, &info);
-    }
-    bail!("process {pid} holds no {program} program")
-}
-
-/// A BPF program that returns at once (`r0 = 0; exit`), attached to the
-/// `sched_switch` raw tracepoint for as long as this value lives.
-struct EmptySchedSwitchProgram {
-    program: OwnedFd,
-    _link: OwnedFd,
-}
-
-impl EmptySchedSwitchProgram {
-    /// `(run_time_ns, run_cnt)` of the program, from its fdinfo (counted
-    /// while `kernel.bpf_stats_enabled` is 1).
-    fn stats(&self) -> Result<(u64, u64)> {
-        let path = format!("/proc/self/fdinfo/{}", self.program.as_raw_fd());
-        let info = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        fdinfo_run_stats(&path, &info)
-    }
-
-    fn attach() -> Result<Self> {
-        const BPF_PROG_LOAD: libc::c_long = 5;
-        const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
-        const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
-        /// `mov64 r0, 0` and `exit`.
-        const INSNS: [u64; 2] = [0xb7, 0x95];
-        #[repr(C)]
-        struct ProgLoad {
-            prog_type: u32,
-            insn_cnt: u32,
-            insns: u64,
-            license: u64,
-            rest: [u64; 12],
-        }
-        #[repr(C)]
-        struct RawTracepointOpen {
-            name: u64,
-            prog_fd: u32,
-            pad: u32,
-        }
-        let license = c"GPL";
-        let attr = ProgLoad {
-            prog_type: BPF_PROG_TYPE_RAW_TRACEPOINT,
-            insn_cnt: INSNS.len() as u32,
-            insns: INSNS.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            rest: [0; 12],
-        };
-        let bpf = |cmd: libc::c_long, attr: *const u8, size: usize| -> Result<OwnedFd> {
-            // SAFETY: `attr` points at a `bpf_attr` prefix of `size` bytes
-            // whose pointers stay valid for the call.
-            let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) };
-            if fd < 0 {
-                bail!("bpf({cmd}): {}", std::io::Error::last_os_error());
-            }
-            // SAFETY: a new file descriptor that nothing else owns.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-        };
-        let program = bpf(
-            BPF_PROG_LOAD,
-            &attr as *const ProgLoad as *const u8,
-            size_of::<ProgLoad>(),
-        )
-        .context("loading an empty raw tracepoint program")?;
-        let name = c"sched_switch";
-        let open = RawTracepointOpen {
-            name: name.as_ptr() as u64,
-            prog_fd: program.as_raw_fd() as u32,
-            pad: 0,
-        };
-        let link = bpf(
-            BPF_RAW_TRACEPOINT_OPEN,
-            &open as *const RawTracepointOpen as *const u8,
-            size_of::<RawTracepointOpen>(),
-        )
-        .context("attaching the empty program to sched_switch")?;
-        Ok(Self {
-            program,
-            _link: link,
-        })
-    }
-}
-
-/// A loaded BPF program's name (at most 15 bytes), by its id: fdinfo has
-/// none, so `BPF_PROG_GET_FD_BY_ID` and `BPF_OBJ_GET_INFO_BY_FD`.
-fn prog_name(id: u32) -> Result<String> {
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-    /// `struct bpf_prog_info` up to its `name` (bytes 64 to 80).
-    const INFO_LEN: usize = 80;
-    #[repr(C)]
-    struct GetFdById {
-        prog_id: u32,
-        next_id: u32,
-        open_flags: u32,
-    }
-    #[repr(C)]
-    struct GetInfoByFd {
-        bpf_fd: u32,
-        info_len: u32,
-        info: u64,
-    }
-    let attr = GetFdById {
-        prog_id: id,
-        next_id: 0,
-        open_flags: 0,
-    };
-    // SAFETY: the attribute is a valid `bpf_attr` prefix of the size given.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_GET_FD_BY_ID,
-            &attr as *const GetFdById,
-            size_of::<GetFdById>() as u32,
-        )
-    };
-    if fd < 0 {
-        bail!(
-            "BPF_PROG_GET_FD_BY_ID {id}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    // SAFETY: a new file descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let mut info = [0u64; INFO_LEN / 8];
-    let attr = GetInfoByFd {
-        bpf_fd: fd.as_raw_fd() as u32,
-        info_len: INFO_LEN as u32,
-        info: info.as_mut_ptr() as u64,
-    };
-    // SAFETY: `info` is INFO_LEN writable bytes; the kernel writes at most
-    // `info_len` of them.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const GetInfoByFd,
-            size_of::<GetInfoByFd>() as u32,
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "BPF_OBJ_GET_INFO_BY_FD of program {id}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    let bytes: Vec<u8> = info.iter().flat_map(|word| word.to_ne_bytes()).collect();
-    let name = &bytes[64..INFO_LEN];
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
 // ---------------------------------------------------------------------------
@@ -810,12 +655,6 @@ impl OffCpuReport {
             points(Mode::OffCpu, Mode::OnCpu),
             points(Mode::OffCpuOthers, Mode::EmptyProgram),
         );
-        text += "\n| against the floor | points over it, mean of the pairs' ratios (95 % interval) | target (issue 19) |\n|---|--:|---|\n";
-        text += &self.over_floor_row(Mode::OffCpu, TARGET_RECORDED_POINTS);
-        text += &self.over_floor_row(Mode::OffCpuOthers, TARGET_NOT_RECORDED_POINTS);
-        text += "\nThe interval is the mean's, about two standard errors of each side's ratios \
-             combined; a verdict is given only when the whole interval is on one side of the \
-             target.\n";
         if let Some(off) = self.modes.iter().find(|m| m.arm == Mode::OffCpu) {
             let switches: u64 = off.pairs.iter().map(|p| p.extra.offcpu_switches).sum();
             let short: u64 = off.pairs.iter().map(|p| p.extra.offcpu_short).sum();
@@ -823,7 +662,7 @@ impl OffCpuReport {
             let samples: u64 = off.pairs.iter().map(|p| p.extra.samples).sum();
             let trips = ROUND_TRIPS * off.pairs.len() as u64;
             text += &format!(
-                "Under `--off-cpu` sparkprof saw {switches} switch-outs of the two processes in \
+                "\nUnder `--off-cpu` sparkprof saw {switches} switch-outs of the two processes in \
                  its {} recordings ({:.2} per round trip; index.json `offcpu_switches`), of which \
                  {short} ({:.1} %) were blocked less than {MIN_BLOCK_US} µs and not counted \
                  (`offcpu_short`); it walked a user stack at {walks} of them (`offcpu_user_walks`; \
@@ -838,6 +677,9 @@ impl OffCpuReport {
                 }
             );
         }
+        if !self.blocks.is_empty() {
+            text += &blocks::markdown(&self.blocks);
+        }
         text += &self.kernel_markdown();
         if let Some(spark) = &self.spark {
             text += "\n";
@@ -850,43 +692,6 @@ impl OffCpuReport {
             text += &cost.markdown();
         }
         text
-    }
-
-    /// A row of `mode`'s slowdown over the floor's (the empty program's),
-    /// in points: the difference of the means of their pairs' ratios, with
-    /// a 95 % interval, against `target`.
-    fn over_floor_row(&self, mode: Mode, target: f64) -> String {
-        let ratios = |arm: Mode| {
-            self.modes
-                .iter()
-                .find(|m| m.arm == arm)
-                .map(|m| m.ratios())
-                .unwrap_or_default()
-        };
-        let (with, floor) = (ratios(mode), ratios(Mode::EmptyProgram));
-        let ((mean, sd), (floor_mean, floor_sd)) = (mean_and_sd(&with), mean_and_sd(&floor));
-        let points = 100.0 * (mean - floor_mean);
-        let half = match (sd, floor_sd) {
-            (Some(sd), Some(floor_sd)) => {
-                200.0
-                    * (sd.powi(2) / with.len() as f64 + floor_sd.powi(2) / floor.len() as f64)
-                        .sqrt()
-            }
-            _ => f64::INFINITY,
-        };
-        let verdict = if points + half <= target {
-            met(true).to_owned()
-        } else if points - half > target {
-            met(false).to_owned()
-        } else {
-            format!("not resolved here (± {half:.1} points: more pairs, `--runs N`)")
-        };
-        format!(
-            "| {} | {points:+.1} ({:+.1} – {:+.1}) | ≤ {target} points: {verdict} |\n",
-            mode.label(),
-            points - half,
-            points + half
-        )
     }
 
     fn kernel_markdown(&self) -> String {
@@ -992,6 +797,7 @@ mod tests {
                     pairs: vec![pair(false, 2.5, 2.75), pair(true, 2.5, 2.7)],
                 },
             ],
+            blocks: Vec::new(),
             // 2 invocations per round trip of 8 µs, of 2 µs each recorded
             // and 1.1 µs each not, beside an empty program of 1 µs.
             kernel: [(true, 4_000), (false, 2_200)]

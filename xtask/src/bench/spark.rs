@@ -38,7 +38,8 @@ use sparkprof_tests::{
 
 use super::{
     Bench, KernelRuns, Profiler, Running, SysctlGuard, Tool, cpu_time, exits, mean_and_sd, median,
-    met, pause, progress, spread_percent, wait_for_quiet_host, wait_for_quiet_host_within,
+    met, pause, progress, spread_percent, verdict_below, wait_for_quiet_host,
+    wait_for_quiet_host_within,
 };
 use crate::workspace_root;
 
@@ -1007,18 +1008,12 @@ pub(super) fn job_cpu_row(what: &str, ratios: &[f64]) -> String {
     let (mean, sd) = mean_and_sd(ratios);
     let half = sd.map_or(f64::INFINITY, |sd| 2.0 * sd / (n as f64).sqrt());
     let (low, high) = (100.0 * (mean - half - 1.0), 100.0 * (mean + half - 1.0));
-    // Met or not only when the whole interval says so; one that holds the
-    // target is not resolved, however narrow.
-    let verdict = if high < TARGET_JOB_CPU_PERCENT {
-        met(true).to_owned()
-    } else if low >= TARGET_JOB_CPU_PERCENT {
-        met(false).to_owned()
-    } else {
+    let verdict = verdict_below(low, high, TARGET_JOB_CPU_PERCENT, || {
         format!(
-            "not resolved here (± {:.1} points with {n} pairs: more pairs, `--runs N`)",
+            "± {:.1} points with {n} pairs: more pairs, `--runs N`",
             100.0 * half
         )
-    };
+    });
     format!(
         "| {what} | {:+.1} % (95 % interval {low:+.1} – {high:+.1} %) | < {TARGET_JOB_CPU_PERCENT} %: {verdict} |\n",
         100.0 * (mean - 1.0)

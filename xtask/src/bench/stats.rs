@@ -200,3 +200,69 @@ pub(crate) fn mib(kib: u64) -> f64 {
 pub(crate) fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "**not met**" }
 }
+
+/// The verdict on a cost whose 95 % interval is `low` to `high` against a
+/// target it must stay under: met or not only when the whole interval says
+/// so; one that holds the target is not resolved, however narrow, and
+/// `unresolved` says what would resolve it.
+pub(crate) fn verdict_below(
+    low: f64,
+    high: f64,
+    target: f64,
+    unresolved: impl FnOnce() -> String,
+) -> String {
+    if high < target {
+        met(true).to_owned()
+    } else if low >= target {
+        met(false).to_owned()
+    } else {
+        format!("not resolved here ({})", unresolved())
+    }
+}
+
+/// The mean of a few measurements with the half-width of its 95 %
+/// confidence interval from Student's t (the measurements' own spread:
+/// with a dozen of them, two standard errors would claim too much).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Interval {
+    pub mean: f64,
+    /// Infinite for fewer than two measurements.
+    pub half: f64,
+    pub n: usize,
+}
+
+impl Interval {
+    pub(crate) fn of(values: &[f64]) -> Self {
+        let n = values.len();
+        let (mean, sd) = mean_and_sd(values);
+        let half = sd.map_or(f64::INFINITY, |sd| t95(n - 1) * sd / (n as f64).sqrt());
+        Self { mean, half, n }
+    }
+
+    pub(crate) fn low(&self) -> f64 {
+        self.mean - self.half
+    }
+
+    pub(crate) fn high(&self) -> f64 {
+        self.mean + self.half
+    }
+}
+
+/// The two-sided 95 % quantile of Student's t with `df` degrees of freedom
+/// (a table; past 30, the value at the nearest tabled degree below, which
+/// errs wide).
+fn t95(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => TABLE[df - 1],
+        31..=40 => 2.042,
+        41..=60 => 2.021,
+        61..=120 => 2.000,
+        _ => 1.980,
+    }
+}
