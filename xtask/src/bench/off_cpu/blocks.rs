@@ -43,8 +43,14 @@ use crate::bench::{Interval, mean_and_sd, progress, verdict_below};
 
 /// Round trips of a block: about 0.3 s on the reference host.
 pub const BLOCK_TRIPS: u64 = 125_000;
-/// Times a session runs its palindrome of conditions.
-pub const CYCLES: usize = 3;
+/// Times a session runs its palindrome of conditions, counted.
+pub const CYCLES: usize = 5;
+/// Palindromes run first and not counted: the time just after sparkprof
+/// says it records is not yet like the rest (its first drains name the
+/// processes it found), and a start that falls on the first condition of
+/// every forward session and the last of every backward one would weigh
+/// on the figures.
+const WARM_UP: usize = 1;
 
 /// What runs beside a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,7 +178,8 @@ pub fn measure(sparkprof: &Path, pingpong: &Path, dir: &Path, rounds: usize) -> 
     Ok(all)
 }
 
-/// `kinds` forwards then backwards, [`CYCLES`] times (or backwards first).
+/// `kinds` forwards then backwards, [`WARM_UP`] plus [`CYCLES`] times (or
+/// backwards first).
 fn palindromes(kinds: &[Block], reversed: bool) -> Vec<Block> {
     let mut forth = kinds.to_vec();
     if reversed {
@@ -180,7 +187,13 @@ fn palindromes(kinds: &[Block], reversed: bool) -> Vec<Block> {
     }
     let back: Vec<Block> = forth.iter().rev().copied().collect();
     let once: Vec<Block> = forth.into_iter().chain(back).collect();
-    once.repeat(CYCLES)
+    once.repeat(WARM_UP + CYCLES)
+}
+
+/// Whether the block at `index` of a session of `kinds` conditions is
+/// counted (not one of the warm-up's).
+fn counted(index: usize, kinds: usize) -> bool {
+    index >= 2 * kinds * WARM_UP
 }
 
 /// Runs one block of `pingpong` with `link` (if any) there from before its
@@ -200,9 +213,12 @@ fn floor_session(binary: &Path, reversed: bool) -> Result<Session> {
     let mut pingpong = PingPong::start_blocks(binary, BLOCK_TRIPS, order.len() as u32)?;
     let empty = load_empty_program()?;
     let mut session = Session::default();
-    for kind in order {
+    for (index, kind) in order.into_iter().enumerate() {
         let link = (kind == Block::Empty).then_some((&empty, false));
-        session.blocks.push((kind, block(&mut pingpong, link)?));
+        let seconds = block(&mut pingpong, link)?;
+        if counted(index, 2) {
+            session.blocks.push((kind, seconds));
+        }
     }
     pingpong.work.exit()?;
     Ok(session)
@@ -232,14 +248,17 @@ fn sparkprof_session(
     let own = open_program(recorder.pid(), SCHED_SWITCH_PROGRAM)?;
     let empty = load_empty_program()?;
     let mut session = Session::default();
-    for &kind in &order {
+    for (index, &kind) in order.iter().enumerate() {
         let (pingpong, link) = match kind {
             Block::Recorded => (&mut recorded, None),
             Block::NotRecordedTwice => (&mut unrecorded, Some((&own, true))),
             Block::NotRecordedEmpty => (&mut unrecorded, Some((&empty, false))),
             _ => (&mut unrecorded, None),
         };
-        session.blocks.push((kind, block(pingpong, link)?));
+        let seconds = block(pingpong, link)?;
+        if counted(index, 4) {
+            session.blocks.push((kind, seconds));
+        }
     }
     drop(own);
     let stats = recorder.stop()?;
@@ -262,8 +281,8 @@ pub fn markdown(rounds: &[Round]) -> String {
         "\n**6.1b Against the floor, block by block.** {} rounds, each a floor session and a \
          sparkprof session of ping-pongs as in 6.1, in blocks of {BLOCK_TRIPS} round trips \
          (about 0.3 s) whose conditions take turns every block in a palindrome (A B C D D C B A, \
-         {CYCLES} times; backwards first every other round), so that a drift of the host's speed \
-         falls equally on each. Floor session (no sparkprof): one ping-pong, blocks alone or with \
+         {CYCLES} times counted after {WARM_UP} not; backwards first every other round), so that \
+         a drift of the host's speed falls equally on each. Floor session (no sparkprof): one ping-pong, blocks alone or with \
          6.1's empty program linked to `sched_switch`. sparkprof session: `sparkprof record \
          --off-cpu --pid PARENT --pid CHILD` of one ping-pong (recorded) while a second runs \
          (not recorded); the second runs blocks with nothing more, with sparkprof's own \
@@ -350,7 +369,8 @@ mod tests {
     fn palindromes_balance_every_condition_and_turn_round() {
         let kinds = [Block::Alone, Block::Empty];
         let order = palindromes(&kinds, false);
-        assert_eq!(order.len(), 4 * CYCLES);
+        assert_eq!(order.len(), 4 * (WARM_UP + CYCLES));
+        assert!(!counted(4 * WARM_UP - 1, 2) && counted(4 * WARM_UP, 2));
         assert_eq!(
             &order[..4],
             &[Block::Alone, Block::Empty, Block::Empty, Block::Alone]
