@@ -52,20 +52,20 @@ pub(super) fn program_stats(pid: i32, program: &str) -> Result<(u64, u64)> {
 /// its id (which takes CAP_SYS_ADMIN): a descriptor of the very program,
 /// its maps as that process filled them.
 pub(super) fn open_program(pid: i32, program: &str) -> Result<OwnedFd> {
-    let (id, _, _) = find_program(pid, program)?;
-    program_by_id(id)
+    find_program(pid, program).map(|(fd, _, _)| fd)
 }
 
-/// The id, fdinfo path and fdinfo text of process `pid`'s program called
-/// `program`.
-fn find_program(pid: i32, program: &str) -> Result<(u32, String, String)> {
+/// Process `pid`'s program called `program`: a descriptor of it opened by
+/// its id, and its fdinfo path and text.
+fn find_program(pid: i32, program: &str) -> Result<(OwnedFd, String, String)> {
     let kept = &program[..program.len().min(PROGRAM_NAME_LEN)];
     for (path, info) in bpf_prog_fdinfos(pid)? {
         let Some(id) = fdinfo_field(&info, "prog_id") else {
             continue;
         };
-        if program_name(id as u32)? == kept {
-            return Ok((id as u32, path, info));
+        let fd = program_by_id(id as u32)?;
+        if program_name(fd.as_fd(), id as u32)? == kept {
+            return Ok((fd, path, info));
         }
     }
     bail!("process {pid} holds no {program} program")
@@ -90,9 +90,9 @@ fn program_by_id(id: u32) -> Result<OwnedFd> {
     )
 }
 
-/// A loaded BPF program's name (at most 15 bytes), by its id: fdinfo has
-/// none, so `BPF_PROG_GET_FD_BY_ID` and `BPF_OBJ_GET_INFO_BY_FD`.
-fn program_name(id: u32) -> Result<String> {
+/// A loaded BPF program's name (at most 15 bytes), from a descriptor of it
+/// (`id` for messages): fdinfo has none, so `BPF_OBJ_GET_INFO_BY_FD`.
+fn program_name(fd: BorrowedFd<'_>, id: u32) -> Result<String> {
     /// `struct bpf_prog_info` up to its `name` (bytes 64 to 80).
     const INFO_LEN: usize = 80;
     #[repr(C)]
@@ -101,7 +101,6 @@ fn program_name(id: u32) -> Result<String> {
         info_len: u32,
         info: u64,
     }
-    let fd = program_by_id(id)?;
     let mut info = [0u64; INFO_LEN / 8];
     let attr = GetInfoByFd {
         bpf_fd: fd.as_raw_fd() as u32,
