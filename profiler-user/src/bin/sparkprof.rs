@@ -210,9 +210,6 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    if !sparkprof::sys::held::keep_free_heap_between_drains() {
-        tracing::debug!("the C allocator kept its own trim and mmap thresholds");
-    }
 
     match cli.command {
         Command::Doctor => {

@@ -32,31 +32,6 @@ pub fn heap_in_use() -> u64 {
     (info.uordblks + info.hblkhd) as u64
 }
 
-/// Free memory the C heap keeps at its top before it gives it back to
-/// the kernel, and the size from which an allocation gets pages of its own
-/// (glibc's `M_TRIM_THRESHOLD` and `M_MMAP_THRESHOLD`).
-const KEPT_FREE_HEAP: i32 = 16 << 20;
-const OWN_PAGES_FROM: i32 = 8 << 20;
-
-/// Keeps the C heap's free memory between drains, up to
-/// [`KEPT_FREE_HEAP`]: each drain allocates what it names and writes and
-/// frees it at its end, and glibc, left to itself, gave those pages back
-/// (its top trimmed, its larger blocks unmapped) for the next drain to
-/// fault in again: 4,160 page faults per testbed job (section 5's job,
-/// `--off-cpu`), each a few µs on this kind of host; about 700 with this.
-/// The daemon still gives every free page back once a window
-/// ([`release_free_heap`]). Called once, at the start of the binary (a
-/// setting of the whole process, not a library's to make). Whether the
-/// allocator took both settings (it keeps its defaults for one it refuses).
-pub fn keep_free_heap_between_drains() -> bool {
-    // SAFETY: mallopt only sets the allocator's parameters; it returns 0
-    // for a value it refuses, and leaves that one as it was.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE_HEAP) == 1
-            && libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_PAGES_FROM) == 1
-    }
-}
-
 /// Gives the C heap's free memory back to the kernel (glibc's
 /// `malloc_trim`, which also releases free pages inside its arenas). Called
 /// once a window: a window's aggregates are freed when it is written, and
@@ -80,11 +55,6 @@ mod tests {
         let after = heap_in_use();
         assert!(after >= before + (200 << 20), "{before} -> {after}");
         drop(block);
-    }
-
-    #[test]
-    fn the_allocator_takes_the_heap_settings() {
-        assert!(keep_free_heap_between_drains());
     }
 
     #[test]
