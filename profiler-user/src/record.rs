@@ -163,14 +163,17 @@ pub fn count_map_entries(cpus: u32, frequency_hz: u64, drain_interval: Duration)
 /// sample and its drain is left unnamed, and the window is twice as long.
 ///
 /// What longer drains save is mostly the naming they skip, not a cost
-/// per drain. With 3 s drains a PySpark daemon is followed later, and so
-/// are the workers it forked meanwhile: over three interleaved testbed jobs
-/// (`--off-cpu`) 52-77 % of the Python processes' samples had a Python
-/// frame, against 75-80 % with 1 s drains, and the pipeline took 176-210 ms
-/// against 202-210 ms. A prototype that also drained 150 ms after each
-/// exec of a Python program kept the Python frames (82-84 %) and took
-/// 198-221 ms: no less than 1 s drains. (Its JIT frames still lost names:
-/// 147-403 unnamed against 105-134, the code freed before the drain.)
+/// per drain. Measured on 2026-12-07 with `sparkprof record --off-cpu`
+/// (and `--drain-interval-ms 3000`) over one section-5 job each on the
+/// Spark testbed, three interleaved rounds, the pipeline's CPU being
+/// index.json's `pipeline_cpu` summed. With 3 s drains a PySpark daemon is
+/// followed later, and so are the workers it forked meanwhile: 52-77 % of
+/// the Python processes' samples had a Python frame, against 75-80 % with
+/// 1 s drains, and the pipeline took 176-210 ms against 202-210 ms. A
+/// prototype (not kept) that also drained 150 ms after each exec of a
+/// Python program kept the Python frames (82-84 %) and took 198-221 ms: no
+/// less than 1 s drains. (Its JIT frames still lost names: 147-403 unnamed
+/// against 105-134, the code freed before the drain.)
 pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most on-CPU samples one drain interval can bring.
