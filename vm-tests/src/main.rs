@@ -50,6 +50,7 @@
 #[cfg(feature = "broken")]
 mod broken;
 mod fake_python;
+mod maps;
 mod off_cpu;
 mod on_cpu;
 mod python;
@@ -115,6 +116,7 @@ fn main() -> ExitCode {
 
     let mut report = Report::default();
     let pid = std::process::id();
+    report.record("executable_maps", maps::check_executable_maps(pid));
     let (collector, off_cpu) = load(&mut report, pid);
     let checks: [(&str, Check); 16] = [
         ("on_cpu_samples", on_cpu::check_on_cpu),

@@ -127,9 +127,10 @@ impl KnownMaps {
     /// read now.
     fn read(pid: u32, read: Option<&[Mapping]>) -> Self {
         Self {
-            maps: proc::maps_or_read(pid, read)
-                .ok()
-                .map(|maps| ProcMaps::executable(&maps)),
+            maps: match read {
+                Some(maps) => Some(ProcMaps::executable(maps)),
+                None => ProcMaps::read(pid).ok(),
+            },
             read_at: Instant::now(),
             reread_after: MAPS_REREAD,
             not_code: FastSet::default(),

@@ -14,7 +14,7 @@ pub struct ProcMaps {
 
 impl ProcMaps {
     pub fn read(pid: u32) -> io::Result<Self> {
-        Ok(Self::executable(&proc::read_maps(pid)?))
+        Ok(Self::executable(&proc::read_executable_maps(pid)?))
     }
 
     /// The executable ones of a process's mappings.

@@ -12,3 +12,4 @@ pub mod memory;
 pub mod proc;
 pub mod sock_diag;
 pub mod sysctl;
+pub mod vma_query;

@@ -1,5 +1,6 @@
 //! What /proc says about a process, read in one place through the procfs
-//! crate: its mappings (`/proc/PID/maps`), so that every consumer (native
+//! crate (its executable mappings alone through [`super::vma_query`] where
+//! the kernel answers it): its mappings (`/proc/PID/maps`), so that every consumer (native
 //! frame names, the JIT and trampoline partitions, Python interpreters,
 //! runtime recognition, `doctor`) sees the same mappings and takes
 //! `(deleted)` off a path the same way, each filtering the list for what it
@@ -146,6 +147,33 @@ impl Mapping {
 pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
     let maps = process(pid)?.maps().map_err(io_error)?;
     Ok(maps.into_iter().map(Mapping::from_procfs).collect())
+}
+
+/// The executable mappings of a process, in address order: asked of the
+/// kernel one by one where it can be (see [`super::vma_query`]: the
+/// text of every mapping need not be made and parsed for the few that
+/// hold code), else read from its maps file.
+pub fn read_executable_maps(pid: u32) -> io::Result<Vec<Mapping>> {
+    static UNSUPPORTED: OnceLock<()> = OnceLock::new();
+    if UNSUPPORTED.get().is_none() {
+        match super::vma_query::executable_mappings(pid) {
+            Ok(mappings) => return Ok(mappings),
+            Err(Err(err)) => return Err(err),
+            Err(Ok(super::vma_query::Unsupported)) => {
+                tracing::debug!("no PROCMAP_QUERY on this kernel: maps are read as text");
+                let _ = UNSUPPORTED.set(());
+            }
+        }
+    }
+    read_text_executable_maps(pid)
+}
+
+/// [`read_executable_maps`] from the text of the maps file, which lists
+/// the `[vsyscall]` page too: left out, as the kernel's query leaves it.
+fn read_text_executable_maps(pid: u32) -> io::Result<Vec<Mapping>> {
+    let mut maps = read_maps(pid)?;
+    maps.retain(|m| m.executable && m.path != MapPath::Special("[vsyscall]".into()));
+    Ok(maps)
 }
 
 /// The mappings of process `pid` a caller already has (read in this
