@@ -27,8 +27,10 @@ pub fn check_executable_maps(pid: u32) -> Result<String, String> {
     );
     let asked = match vma_query::executable_mappings(pid) {
         Ok(_) => true,
-        Err(Ok(vma_query::Unsupported)) => false,
-        Err(Err(err)) => return Err(format!("PROCMAP_QUERY failed: {err}")),
+        Err(vma_query::QueryError::Unsupported) => false,
+        Err(vma_query::QueryError::Failed(err)) => {
+            return Err(format!("PROCMAP_QUERY failed: {err}"));
+        }
     };
     if asked != (version >= QUERY_SINCE) {
         return Err(format!(

@@ -152,16 +152,21 @@ pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
 /// The executable mappings of a process, in address order: asked of the
 /// kernel one by one where it can be (see [`super::vma_query`]: the
 /// text of every mapping need not be made and parsed for the few that
-/// hold code), else read from its maps file.
+/// hold code), else read from its maps file: on a kernel without the
+/// query (remembered), and when a query fails (the text says then whether
+/// the process is gone).
 pub fn read_executable_maps(pid: u32) -> io::Result<Vec<Mapping>> {
+    use super::vma_query::{QueryError, executable_mappings};
     static UNSUPPORTED: OnceLock<()> = OnceLock::new();
     if UNSUPPORTED.get().is_none() {
-        match super::vma_query::executable_mappings(pid) {
+        match executable_mappings(pid) {
             Ok(mappings) => return Ok(mappings),
-            Err(Err(err)) => return Err(err),
-            Err(Ok(super::vma_query::Unsupported)) => {
+            Err(QueryError::Unsupported) => {
                 tracing::debug!("no PROCMAP_QUERY on this kernel: maps are read as text");
                 let _ = UNSUPPORTED.set(());
+            }
+            Err(QueryError::Failed(err)) => {
+                tracing::debug!(pid, "PROCMAP_QUERY failed ({err}): maps read as text");
             }
         }
     }

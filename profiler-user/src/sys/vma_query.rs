@@ -13,10 +13,17 @@
 //! page at the top of the address space (`0xffffffffff600000`), which is no
 //! mapping of the process, and where no user address lies.
 //!
-//! [`executable_mappings`] says [`Unsupported`] on an older kernel, and the
-//! caller reads the text (see [`super::proc::read_executable_maps`]).
+//! [`executable_mappings`] says [`QueryError::Unsupported`] on an older
+//! kernel, and the caller reads the text (see
+//! [`super::proc::read_executable_maps`]), as it does when a query fails.
 
-use std::{fs::File, io, os::fd::AsRawFd as _, path::PathBuf};
+use std::{
+    ffi::OsStr,
+    fs::File,
+    io,
+    os::{fd::AsRawFd as _, unix::ffi::OsStrExt as _},
+    path::PathBuf,
+};
 
 use super::proc::{MapPath, Mapping};
 
@@ -50,15 +57,19 @@ struct ProcmapQuery {
     build_id_addr: u64,
 }
 
-/// This kernel has no `PROCMAP_QUERY`.
+/// Why the mappings were not asked.
 #[derive(Debug)]
-pub struct Unsupported;
+pub enum QueryError {
+    /// This kernel has no `PROCMAP_QUERY`.
+    Unsupported,
+    /// The process's maps could not be opened (it is gone, say) or a query
+    /// failed (a name longer than a path, say).
+    Failed(io::Error),
+}
 
-/// The executable mappings of process `pid`, in address order; `Err(Ok(_))`
-/// where the kernel cannot be asked, `Err(Err(_))` where the process cannot
-/// be (gone, say).
-pub fn executable_mappings(pid: u32) -> Result<Vec<Mapping>, Result<Unsupported, io::Error>> {
-    let maps = File::open(format!("/proc/{pid}/maps")).map_err(Err)?;
+/// The executable mappings of process `pid`, in address order.
+pub fn executable_mappings(pid: u32) -> Result<Vec<Mapping>, QueryError> {
+    let maps = File::open(format!("/proc/{pid}/maps")).map_err(QueryError::Failed)?;
     let mut name = vec![0u8; NAME_ROOM];
     let mut mappings = Vec::new();
     let mut addr = 0u64;
@@ -82,17 +93,14 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<Mapping>, Result<Unsupported,
                 Some(libc::ENOENT) => Ok(mappings),
                 // An ioctl this kernel's maps file does not know.
                 Some(libc::ENOTTY | libc::EINVAL | libc::EOPNOTSUPP) if mappings.is_empty() => {
-                    Err(Ok(Unsupported))
+                    Err(QueryError::Unsupported)
                 }
-                _ => Err(Err(error)),
+                _ => Err(QueryError::Failed(error)),
             };
         }
         // The name's size counts its NUL; 0: an anonymous mapping.
         let len = (query.vma_name_size as usize).min(NAME_ROOM);
-        let text = match len {
-            0 => "",
-            len => std::str::from_utf8(&name[..len - 1]).unwrap_or(""),
-        };
+        let text = &name[..len.saturating_sub(1)];
         mappings.push(Mapping {
             start: query.vma_start,
             end: query.vma_end,
@@ -103,33 +111,33 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<Mapping>, Result<Unsupported,
         });
         if query.vma_end <= addr {
             // Never the case; but a loop that did not advance would not end.
-            return Err(Err(io::Error::other("PROCMAP_QUERY went backwards")));
+            return Err(QueryError::Failed(io::Error::other(
+                "PROCMAP_QUERY went backwards",
+            )));
         }
         addr = query.vma_end;
     }
 }
 
 /// What a mapping maps, from its name as the kernel gives it (the text
-/// /proc/PID/maps shows in its last column).
-fn path_of(name: &str) -> MapPath {
+/// /proc/PID/maps shows in its last column): a file's path is bytes, as
+/// the file system has it.
+fn path_of(name: &[u8]) -> MapPath {
+    let text = || String::from_utf8_lossy(name).into_owned();
     if name.is_empty() {
         MapPath::Anonymous { name: None }
-    } else if name.starts_with("[anon:") {
-        MapPath::Anonymous {
-            name: Some(name.to_owned()),
-        }
-    } else if name.starts_with('[') {
-        MapPath::Special(name.to_owned())
+    } else if name.starts_with(b"[anon:") {
+        MapPath::Anonymous { name: Some(text()) }
+    } else if name.starts_with(b"[") {
+        MapPath::Special(text())
     } else {
-        match name.strip_suffix(" (deleted)") {
-            Some(kept) => MapPath::File {
-                path: PathBuf::from(kept),
-                deleted: true,
-            },
-            None => MapPath::File {
-                path: PathBuf::from(name),
-                deleted: false,
-            },
+        let (path, deleted) = match name.strip_suffix(b" (deleted)") {
+            Some(kept) => (kept, true),
+            None => (name, false),
+        };
+        MapPath::File {
+            path: PathBuf::from(OsStr::from_bytes(path)),
+            deleted,
         }
     }
 }
@@ -167,23 +175,23 @@ mod tests {
 
     #[test]
     fn names_are_read_as_the_maps_file_shows_them() {
-        assert_eq!(path_of(""), MapPath::Anonymous { name: None });
+        assert_eq!(path_of(b""), MapPath::Anonymous { name: None });
         assert_eq!(
-            path_of("[anon:libc_malloc]"),
+            path_of(b"[anon:libc_malloc]"),
             MapPath::Anonymous {
                 name: Some("[anon:libc_malloc]".into())
             }
         );
-        assert_eq!(path_of("[vdso]"), MapPath::Special("[vdso]".into()));
+        assert_eq!(path_of(b"[vdso]"), MapPath::Special("[vdso]".into()));
         assert_eq!(
-            path_of("/usr/lib/libc.so.6 (deleted)"),
+            path_of(b"/usr/lib/libc.so.6 (deleted)"),
             MapPath::File {
                 path: "/usr/lib/libc.so.6".into(),
                 deleted: true
             }
         );
         assert_eq!(
-            path_of("/usr/bin/my app"),
+            path_of(b"/usr/bin/my app"),
             MapPath::File {
                 path: "/usr/bin/my app".into(),
                 deleted: false
@@ -193,6 +201,21 @@ mod tests {
 
     #[test]
     fn a_process_gone_is_an_error_not_unsupported() {
-        assert!(matches!(executable_mappings(u32::MAX >> 2), Err(Err(_))));
+        assert!(matches!(
+            executable_mappings(u32::MAX >> 2),
+            Err(QueryError::Failed(_))
+        ));
+    }
+
+    /// A file's path is kept as bytes: one that is not UTF-8 is still a file.
+    #[test]
+    fn a_path_that_is_not_utf8_is_a_file() {
+        assert_eq!(
+            path_of(b"/opt/caf\xe9/lib.so"),
+            MapPath::File {
+                path: PathBuf::from(OsStr::from_bytes(b"/opt/caf\xe9/lib.so")),
+                deleted: false
+            }
+        );
     }
 }
