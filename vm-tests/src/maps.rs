@@ -3,8 +3,7 @@
 //! `PROCMAP_QUERY` from Linux 6.11, read from the maps file's text before.
 //! Either way they must be the maps file's executable lines (but for
 //! `[vsyscall]`, which the query leaves out: no user address lies in it),
-//! and the way
-//! taken must be the kernel's: the query where it exists.
+//! and the way taken must be the kernel's: the query where it exists.
 
 use sparkprof::sys::{proc, vma_query};
 

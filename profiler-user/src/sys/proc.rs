@@ -1,11 +1,12 @@
 //! What /proc says about a process, read in one place through the procfs
-//! crate (its executable mappings alone through [`super::vma_query`] where
-//! the kernel answers it): its mappings (`/proc/PID/maps`), so that every consumer (native
-//! frame names, the JIT and trampoline partitions, Python interpreters,
-//! runtime recognition, `doctor`) sees the same mappings and takes
-//! `(deleted)` off a path the same way, each filtering the list for what it
-//! needs; its threads' ids inside and outside its PID namespace; its
-//! command line, environment, parent, comm and start time.
+//! crate: its mappings (`/proc/PID/maps`; the executable ones alone are
+//! asked of the kernel through [`super::vma_query`] where it answers), so
+//! that every consumer (native frame names, the JIT and trampoline
+//! partitions, Python interpreters, runtime recognition, `doctor`) sees the
+//! same mappings and takes `(deleted)` off a path the same way, each
+//! filtering the list for what it needs; its threads' ids inside and
+//! outside its PID namespace; its command line, environment, parent, comm
+//! and start time.
 
 use std::{
     borrow::Cow,
