@@ -5,25 +5,14 @@
 //! `[vsyscall]`, which the query leaves out: no user address lies in it),
 //! and the way taken must be the kernel's: the query where it exists.
 
+use aya::util::KernelVersion;
 use sparkprof::sys::{proc, vma_query};
 
 /// The first kernel with `PROCMAP_QUERY`.
-const QUERY_SINCE: (u32, u32) = (6, 11);
+const QUERY_SINCE: KernelVersion = KernelVersion::new(6, 11, 0);
 
 pub fn check_executable_maps(pid: u32) -> Result<String, String> {
-    let release =
-        std::fs::read_to_string("/proc/sys/kernel/osrelease").map_err(|e| e.to_string())?;
-    let mut numbers = release.trim().split(|c: char| !c.is_ascii_digit());
-    let version = (
-        numbers
-            .next()
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0),
-        numbers
-            .next()
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0),
-    );
+    let version = KernelVersion::current().map_err(|e| e.to_string())?;
     let asked = match vma_query::executable_mappings(pid) {
         Ok(_) => true,
         Err(vma_query::QueryError::Unsupported) => false,
@@ -33,8 +22,7 @@ pub fn check_executable_maps(pid: u32) -> Result<String, String> {
     };
     if asked != (version >= QUERY_SINCE) {
         return Err(format!(
-            "kernel {}: PROCMAP_QUERY {}",
-            release.trim(),
+            "kernel {version:?}: PROCMAP_QUERY {}",
             if asked { "answered" } else { "did not answer" }
         ));
     }
@@ -43,9 +31,7 @@ pub fn check_executable_maps(pid: u32) -> Result<String, String> {
     let mut last = String::new();
     for _ in 0..3 {
         let got = proc::read_executable_maps(pid).map_err(|e| e.to_string())?;
-        let mut text = proc::read_maps(pid).map_err(|e| e.to_string())?;
-        // `[vsyscall]` is no mapping of the process: the query leaves it out.
-        text.retain(|m| m.executable && m.path != proc::MapPath::Special("[vsyscall]".into()));
+        let text = proc::read_text_executable_maps(pid).map_err(|e| e.to_string())?;
         if got == text && got.iter().any(|m| m.file().is_some()) {
             let way = if asked {
                 "asked with PROCMAP_QUERY"

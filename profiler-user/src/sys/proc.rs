@@ -11,8 +11,9 @@
 use std::{
     borrow::Cow,
     collections::HashMap,
+    ffi::OsStr,
     fs, io,
-    os::unix::fs::MetadataExt as _,
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
     path::{Path, PathBuf},
     sync::OnceLock,
     time::{Duration, SystemTime},
@@ -78,6 +79,21 @@ pub enum MapPath {
     Special(String),
 }
 
+impl MapPath {
+    /// A mapped file by its path as the kernel shows it (bytes, as the
+    /// file system has them), its ` (deleted)` taken off and said.
+    pub fn file(shown: &[u8]) -> Self {
+        let (path, deleted) = match shown.strip_suffix(b" (deleted)") {
+            Some(kept) => (kept, true),
+            None => (shown, false),
+        };
+        MapPath::File {
+            path: PathBuf::from(OsStr::from_bytes(path)),
+            deleted,
+        }
+    }
+}
+
 impl Mapping {
     /// The file this mapping of process `pid` maps, as its
     /// `/proc/PID/map_files/` entry opens it (the path is the process's,
@@ -106,19 +122,7 @@ impl Mapping {
 
     fn from_procfs(map: MemoryMap) -> Self {
         let path = match map.pathname {
-            MMapPath::Path(path) => {
-                let text = path.to_string_lossy();
-                match text.strip_suffix(" (deleted)") {
-                    Some(kept) => MapPath::File {
-                        path: PathBuf::from(kept),
-                        deleted: true,
-                    },
-                    None => MapPath::File {
-                        path,
-                        deleted: false,
-                    },
-                }
-            }
+            MMapPath::Path(path) => MapPath::file(path.as_os_str().as_bytes()),
             MMapPath::Anonymous => MapPath::Anonymous { name: None },
             MMapPath::Other(name) if name.starts_with("anon:") => MapPath::Anonymous {
                 name: Some(format!("[{name}]")),
@@ -176,7 +180,8 @@ pub fn read_executable_maps(pid: u32) -> io::Result<Vec<Mapping>> {
 
 /// [`read_executable_maps`] from the text of the maps file, which lists
 /// the `[vsyscall]` page too: left out, as the kernel's query leaves it.
-fn read_text_executable_maps(pid: u32) -> io::Result<Vec<Mapping>> {
+/// (Public as what the query must match.)
+pub fn read_text_executable_maps(pid: u32) -> io::Result<Vec<Mapping>> {
     let mut maps = read_maps(pid)?;
     maps.retain(|m| m.executable && m.path != MapPath::Special("[vsyscall]".into()));
     Ok(maps)

@@ -17,13 +17,7 @@
 //! kernel, and the caller reads the text (see
 //! [`super::proc::read_executable_maps`]), as it does when a query fails.
 
-use std::{
-    ffi::OsStr,
-    fs::File,
-    io,
-    os::{fd::AsRawFd as _, unix::ffi::OsStrExt as _},
-    path::PathBuf,
-};
+use std::{fs::File, io, os::fd::AsRawFd as _};
 
 use super::proc::{MapPath, Mapping};
 
@@ -131,19 +125,14 @@ fn path_of(name: &[u8]) -> MapPath {
     } else if name.starts_with(b"[") {
         MapPath::Special(text())
     } else {
-        let (path, deleted) = match name.strip_suffix(b" (deleted)") {
-            Some(kept) => (kept, true),
-            None => (name, false),
-        };
-        MapPath::File {
-            path: PathBuf::from(OsStr::from_bytes(path)),
-            deleted,
-        }
+        MapPath::file(name)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::{ffi::OsStr, os::unix::ffi::OsStrExt as _, path::PathBuf};
+
     use super::*;
     use crate::sys::proc;
 
@@ -161,11 +150,7 @@ mod tests {
     fn asked_mappings_are_the_executable_lines_of_the_maps_file() {
         let pid = std::process::id();
         let asked = executable_mappings(pid).expect("PROCMAP_QUERY answers on this kernel");
-        let read: Vec<Mapping> = proc::read_maps(pid)
-            .unwrap()
-            .into_iter()
-            .filter(|m| m.executable && m.path != MapPath::Special("[vsyscall]".into()))
-            .collect();
+        let read = proc::read_text_executable_maps(pid).unwrap();
         assert!(
             asked.iter().any(|m| m.file().is_some()),
             "no file among {asked:?}"
