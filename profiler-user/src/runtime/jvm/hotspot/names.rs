@@ -69,6 +69,14 @@ pub struct NamesRead {
     /// serves many methods (an executor's 7,992 methods had 4,319 names,
     /// 697 of them `apply`), so a known name costs no read.
     symbols: FastMap<u64, Arc<str>>,
+    /// Where the names of methods being read lie (`Method*` → its
+    /// constant pool and name index), kept for one drain
+    /// ([`Self::forget_sites`]), as the blocks they were read from: a
+    /// prefetch's rounds walk every method not named yet from its start,
+    /// and reading its `Method` and `ConstMethod` again in every round was
+    /// most of what the rounds cost (a testbed job's new methods took
+    /// about five walks each).
+    sites: FastMap<u64, (u64, u16)>,
 }
 
 impl NamesRead {
@@ -84,6 +92,13 @@ impl NamesRead {
     pub fn clear(&mut self) {
         self.classes.clear();
         self.symbols.clear();
+        self.sites.clear();
+    }
+
+    /// Lets go of the sites read in a drain: the process may have changed
+    /// them since.
+    pub fn forget_sites(&mut self) {
+        self.sites.clear();
     }
 }
 
@@ -100,8 +115,15 @@ pub fn method_name(
     read: &mut NamesRead,
     method: u64,
 ) -> Result<MethodName, HotspotError> {
-    let const_method = memory.read_u64(method + layout.method_const_method)?;
-    let (pool, index) = const_method_fields(memory, layout, const_method)?;
+    let (pool, index) = match read.sites.get(&method) {
+        Some(&site) => site,
+        None => {
+            let const_method = memory.read_u64(method + layout.method_const_method)?;
+            let site = const_method_fields(memory, layout, const_method)?;
+            read.sites.insert(method, site);
+            site
+        }
+    };
     let class = match read.classes.get(&pool) {
         Some(class) => class.clone(),
         None => {

@@ -258,6 +258,7 @@ impl HotspotProcess {
     /// memory for the last one may have changed since.
     pub fn new_drain(&mut self) {
         self.memory.clear();
+        self.names_read.forget_sites();
         self.drains += 1;
         // Addresses no stack has held for a while (code freed, a wait
         // gone) are let go.
