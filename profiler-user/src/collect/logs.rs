@@ -112,12 +112,15 @@ impl<T: Pod> MappedLog<T> {
         })
     }
 
-    /// Slot `index` as it is now.
-    fn read(&self, index: usize) -> T {
+    /// Slot `index`, where it lies: a record is read no further than its
+    /// reader looks (a short JVM stack's 2 KiB room copied whole for its
+    /// few frames in use was about 2 % of sparkprof's CPU on a Spark host).
+    fn get(&self, index: usize) -> &T {
         assert!(index < self.slots, "slot {index} of {}", self.slots);
-        // SAFETY: within the mapping; the value is plain data (`Pod`), and
-        // no program writes this buffer's log while a drain reads it.
-        unsafe { self.memory.as_ptr().add(index).read_volatile() }
+        // SAFETY: within the mapping, which lives as long as `self`; the
+        // value is plain data (`Pod`), and no program writes this buffer's
+        // log while a drain reads it.
+        unsafe { &*self.memory.as_ptr().add(index) }
     }
 }
 
@@ -172,7 +175,7 @@ impl<T: Pod> Logs<T> {
     pub fn take_buffer(
         &mut self,
         buffer: usize,
-        mut each: impl FnMut(T),
+        mut each: impl FnMut(&T),
     ) -> Result<u64, CollectError> {
         let name = self.lengths_name;
         let map_error = |source| CollectError::Map { name, source };
@@ -182,7 +185,7 @@ impl<T: Pod> Logs<T> {
         for (cpu, &length) in lengths.iter().enumerate().take(self.cpus as usize) {
             let first = cpu * self.per_cpu as usize;
             for slot in first..first + length.min(self.per_cpu) as usize {
-                each(log.read(slot));
+                each(log.get(slot));
                 logged += 1;
             }
         }

@@ -703,7 +703,7 @@ impl Collector {
         // Taken out of the map (deleted) at once; the stacks they name stay
         // until read below.
         let mut entries: crate::FastMap<SampleKey, u64> = Default::default();
-        self.logged_samples += self.sample_logs.take_buffer(idle, |key| {
+        self.logged_samples += self.sample_logs.take_buffer(idle, |&key| {
             *entries.entry(key).or_insert(0) += 1;
         })?;
         if self.hashed.was_used(hashed::ON_CPU + idle as u32) {
