@@ -74,6 +74,7 @@ mod python;
 mod soak;
 mod spark;
 mod spark_control;
+mod spark_daemon;
 mod stats;
 mod threads;
 
@@ -91,7 +92,7 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
            python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python and a Java sample),
            threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs),
            soak (the daemon for ten minutes under process churn: RSS and CPU over time),
-           spark-daemon (the Spark job pairs with the daemon, 60-s windows, in place of record),
+           spark-daemon (the Spark job pairs with the daemon, 60-s windows, in place of record; then 5 jobs in a row under one daemon),
            spark-control (the Spark job's CPU when recorded, against a copy run beside it: N pairs);
            default: all";
 
@@ -295,13 +296,14 @@ pub fn run(args: &[String]) -> Result<()> {
         false => None,
     };
     let spark_daemon = match wants(Section::SparkDaemon) {
-        true => Some(spark::job_pairs(
+        true => Some(spark::job_pairs_then(
             &bench,
             spark_pairs,
             Profiler {
                 tool: Tool::SparkprofDaemon,
                 hz: spark::JOB_HZ,
             },
+            |cluster| spark_daemon::in_a_row(&bench, cluster),
         )?),
         false => None,
     };
@@ -477,7 +479,7 @@ struct Report {
     python: Option<python::PythonReport>,
     threads: Option<threads::ThreadsReport>,
     soak: Option<soak::SoakReport>,
-    spark_daemon: Option<spark::Runtime>,
+    spark_daemon: Option<(spark::Runtime, spark_daemon::InARow)>,
     spark_control: Option<spark_control::ControlReport>,
     incidents: Vec<String>,
 }
@@ -516,13 +518,14 @@ impl Report {
         if let Some(soak) = &self.soak {
             sections.push((Section::Soak, soak.markdown()));
         }
-        if let Some(runtime) = &self.spark_daemon {
+        if let Some((runtime, in_a_row)) = &self.spark_daemon {
             let text = format!(
-                "### 10. The daemon on a Spark host (section 5's job with `sparkprof daemon`)\n\n{}",
+                "### 10. The daemon on a Spark host (section 5's job with `sparkprof daemon`)\n\n{}{}",
                 runtime.markdown(
                     "10.1 The Spark job under the daemon",
                     spark::TARGET_SLOWDOWN_PERCENT
-                )
+                ),
+                in_a_row.markdown(runtime.sparkprof_cpu_percent())
             );
             sections.push((Section::SparkDaemon, text));
         }

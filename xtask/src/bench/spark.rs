@@ -340,6 +340,25 @@ pub struct Pair {
     pub profiled: JobRun,
 }
 
+impl Runtime {
+    /// sparkprof's CPU while the profiled jobs ran, and their time, in
+    /// seconds summed over the pairs.
+    fn sparkprof_cpu_and_wall(&self) -> (f64, f64) {
+        self.pairs
+            .iter()
+            .filter_map(|p| p.profiled.sparkprof_cpu)
+            .fold((0.0, 0.0), |(c, w), (cpu, wall)| {
+                (c + cpu.as_secs_f64(), w + wall.as_secs_f64())
+            })
+    }
+
+    /// sparkprof's CPU while the profiled jobs ran, % of one core.
+    pub fn sparkprof_cpu_percent(&self) -> Option<f64> {
+        let (cpu, wall) = self.sparkprof_cpu_and_wall();
+        (wall > 0.0).then(|| 100.0 * cpu / wall)
+    }
+}
+
 impl Pair {
     fn ratio(&self) -> f64 {
         self.profiled.jobs_s / self.unprofiled.jobs_s
@@ -903,13 +922,7 @@ impl Runtime {
         let slowdown = 100.0 * (ratio - 1.0);
         let noise = spread_percent(&unprofiled);
         let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let (cpu, wall) = r
-            .pairs
-            .iter()
-            .filter_map(|p| p.profiled.sparkprof_cpu)
-            .fold((0.0, 0.0), |(c, w), (cpu, wall)| {
-                (c + cpu.as_secs_f64(), w + wall.as_secs_f64())
-            });
+        let (cpu, wall) = r.sparkprof_cpu_and_wall();
         text += &format!(
             "\n| figure | value | target |\n|---|--:|---|\n\
              | slowdown, median of the pairs' ratios | {slowdown:+.1} % ({ratio:.3}; pairs {low:.3} – {:.3}) | < {target} %: {} |\n\
