@@ -417,16 +417,7 @@ impl Running {
     pub(crate) fn stop_reading_index(
         mut self,
     ) -> Result<(Exit, Option<serde_json::Value>, Option<super::spark::Names>)> {
-        unsafe { libc::kill(self.pid(), libc::SIGINT) };
-        let (status, usage) = self.wait4()?;
-        let lifetime = self.spawned.elapsed();
-        if !self.profiler.exited_cleanly(status) {
-            bail!(
-                "{} failed after SIGINT (wait status {status:#x}):\n{}",
-                self.profiler,
-                self.log_tail()
-            );
-        }
+        let exit = self.stop_keeping_output()?;
         let mut names = None;
         let index = match self.profiler.tool {
             Tool::Sparkprof | Tool::SparkprofOffCpu => {
@@ -442,15 +433,27 @@ impl Running {
         };
         // Its output is not looked at further: free the space for the next runs.
         let _ = fs::remove_dir_all(&self.dir);
-        Ok((
-            Exit {
-                cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
-                max_rss_kib: usage.ru_maxrss as u64,
-                lifetime,
-            },
-            index,
-            names,
-        ))
+        Ok((exit, index, names))
+    }
+
+    /// [`Self::stop`], its output left in `dir` for the caller to read
+    /// and remove.
+    pub(crate) fn stop_keeping_output(&mut self) -> Result<Exit> {
+        unsafe { libc::kill(self.pid(), libc::SIGINT) };
+        let (status, usage) = self.wait4()?;
+        let lifetime = self.spawned.elapsed();
+        if !self.profiler.exited_cleanly(status) {
+            bail!(
+                "{} failed after SIGINT (wait status {status:#x}):\n{}",
+                self.profiler,
+                self.log_tail()
+            );
+        }
+        Ok(Exit {
+            cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
+            max_rss_kib: usage.ru_maxrss as u64,
+            lifetime,
+        })
     }
 
     /// `wait4`, rather than `Child::wait`, for the rusage of the whole

@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result};
 use sparkprof_tests::spark::Cluster;
 
 use super::{
-    Bench, Profiler, Running, SPARKPROF_OUTPUT, Tool, cpu_time, progress, spark,
+    Bench, Profiler, Running, SPARKPROF_OUTPUT, Tool, cpu_time, last_window_index, progress, spark,
     wait_for_quiet_host,
 };
 
@@ -37,9 +37,10 @@ pub struct InARow {
     /// Of which from the end of the last job to the exit: the stop, which
     /// drains once more and writes the last window.
     pub at_stop: Duration,
-    /// Windows in its directory at the stop (the last one written then).
+    /// Windows in its directory after the stop (the last written then).
     pub windows: usize,
-    /// Bytes in its directory just before the stop, by kind of file.
+    /// Bytes in its directory after the stop, by kind of file: its windows
+    /// and the applications' roll-ups.
     pub bytes: BTreeMap<&'static str, u64>,
     /// Its whole life's `pipeline_cpu` (the last window's index.json:
     /// cumulative), µs by stage, with the number of drains.
@@ -56,7 +57,7 @@ pub fn in_a_row(bench: &Bench, cluster: &mut Cluster) -> Result<InARow> {
     progress(&format!(
         "[spark-daemon] {JOBS} jobs in a row under one sparkprof daemon"
     ));
-    let running = Running::start(
+    let mut running = Running::start(
         Profiler {
             tool: Tool::SparkprofDaemon,
             hz: spark::JOB_HZ,
@@ -74,29 +75,29 @@ pub fn in_a_row(bench: &Bench, cluster: &mut Cluster) -> Result<InARow> {
         ));
     }
     let after_jobs = cpu_time(running.pid())?;
+    let exit = running.stop_keeping_output()?;
+    let span = started.elapsed();
     let output = running.dir.join(SPARKPROF_OUTPUT);
     let bytes = bytes_by_kind(&output)?;
     let windows = fs::read_dir(output.join("windows"))
-        .map(|entries| entries.count())
-        .unwrap_or(0);
-    let (exit, index, _) = running.stop_reading_index()?;
-    let span = started.elapsed();
-    let pipeline = index
-        .as_ref()
-        .and_then(|index| index["pipeline_cpu"].as_object())
-        .map(|stages| {
-            stages
-                .iter()
-                .filter_map(|(stage, value)| Some((stage.clone(), value.as_u64()?)))
-                .collect()
-        })
-        .unwrap_or_default();
+        .with_context(|| format!("reading {}/windows", output.display()))?
+        .count();
+    // Its last window's, written at the stop: cumulative over its life.
+    let index = last_window_index(&output)?;
+    // Not looked at further: the space goes to the sections after.
+    let _ = fs::remove_dir_all(&running.dir);
+    let pipeline = index["pipeline_cpu"]
+        .as_object()
+        .context("the last window's index.json has no pipeline_cpu")?
+        .iter()
+        .filter_map(|(stage, value)| Some((stage.clone(), value.as_u64()?)))
+        .collect();
     Ok(InARow {
         jobs: JOBS,
         span,
         cpu: exit.cpu.saturating_sub(before),
         at_stop: exit.cpu.saturating_sub(after_jobs),
-        windows: windows + 1,
+        windows,
         bytes,
         pipeline,
         life_cpu: exit.cpu,
@@ -187,7 +188,7 @@ impl InARow {
              | per job | {per_job:.2} s |\n\
              | of which at the stop (a last drain, the last window written) | {at_stop:.2} s |\n\
              | windows written | {windows} |\n\
-             | its directory before the stop | {total:.0} MiB ({per_job_mib:.0} MiB a job) |\n\
+             | its directory at its exit (windows and roll-ups) | {total:.0} MiB ({per_job_mib:.0} MiB a job) |\n\
              | peak RSS | {rss:.0} MiB |\n\n\
              Its directory by kind of file: {by_kind}. Its whole life's `pipeline_cpu` (the last window's index.json): {drains} drains, {stages}, {outside:.2} s outside the drains (its start, the windows' files, its exit).{compared}\n",
             hz = spark::JOB_HZ,
