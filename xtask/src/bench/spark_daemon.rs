@@ -29,7 +29,6 @@ pub const JOBS: usize = 5;
 
 /// What one daemon cost over [`JOBS`] jobs in a row.
 pub struct InARow {
-    pub jobs: usize,
     /// From just before the first job to the daemon's exit.
     pub span: Duration,
     /// The daemon's CPU (utime + stime) over `span`.
@@ -93,7 +92,6 @@ pub fn in_a_row(bench: &Bench, cluster: &mut Cluster) -> Result<InARow> {
         .filter_map(|(stage, value)| Some((stage.clone(), value.as_u64()?)))
         .collect();
     Ok(InARow {
-        jobs: JOBS,
         span,
         cpu: exit.cpu.saturating_sub(before),
         at_stop: exit.cpu.saturating_sub(after_jobs),
@@ -192,12 +190,12 @@ impl InARow {
              | peak RSS | {rss:.0} MiB |\n\n\
              Its directory by kind of file: {by_kind}. Its whole life's `pipeline_cpu` (the last window's index.json): {drains} drains, {stages}, {outside:.2} s outside the drains (its start, the windows' files, its exit).{compared}\n",
             hz = spark::JOB_HZ,
-            jobs = self.jobs,
-            per_job = cpu / self.jobs as f64,
+            jobs = JOBS,
+            per_job = cpu / JOBS as f64,
             at_stop = self.at_stop.as_secs_f64(),
             windows = self.windows,
             total = mib(total_bytes),
-            per_job_mib = mib(total_bytes) / self.jobs as f64,
+            per_job_mib = mib(total_bytes) / JOBS as f64,
             rss = self.max_rss_kib as f64 / 1024.0,
             outside = self.life_cpu.as_secs_f64() - stages_us as f64 / 1e6,
         )
