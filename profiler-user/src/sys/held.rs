@@ -43,9 +43,10 @@ const HEAP_MMAP_FROM: libc::c_int = 32 << 20;
 /// free, and maps and unmaps every block from 128 KiB up): each drain
 /// allocates and frees the same large tables and buffers again, and the
 /// kernel zeroed the pages anew at every first write. perf of a fresh
-/// `record` over the section-5 testbed job: page faults went from 3.8 %
-/// to 0.3 % of sparkprof's CPU, the allocator's own from 9.7 % to 8.2 %.
-/// What is freed still goes back, once a window ([`release_free_heap`]).
+/// `record` over the section-5 testbed job: page faults went from about
+/// 1.1 % to 0.1 % of sparkprof's CPU (3.8 % to 0.8 % in a frame-pointer
+/// build). What is freed still goes back, once a window
+/// ([`release_free_heap`]).
 /// Called once, first thing, by the binary.
 pub fn keep_freed_heap() {
     // SAFETY: mallopt only sets the allocator's parameters; both values
