@@ -32,10 +32,11 @@ pub fn heap_in_use() -> u64 {
     (info.uordblks + info.hblkhd) as u64
 }
 
-/// How much free memory the C heap keeps before it gives any back by
-/// itself, and the size from which a block is mapped on its own: see
-/// [`keep_freed_heap`].
+/// How much free memory the C heap keeps at its top before it gives any
+/// back by itself (see [`keep_freed_heap`]).
 const HEAP_KEPT: libc::c_int = 256 << 20;
+/// The size from which a block is mapped on its own, outside the heap
+/// (glibc's largest; see [`keep_freed_heap`]).
 const HEAP_MMAP_FROM: libc::c_int = 32 << 20;
 
 /// Lets the C heap keep what is freed for the next drain, instead of giving
