@@ -602,9 +602,6 @@ pub async fn record(options: RecordOptions) -> Result<Summary, RecordError> {
                     if let Err(err) = session.pipeline.writer.checkpoint(&header) {
                         warn!("periodic flush failed, will retry: {err}");
                     }
-                    // What the heap kept since (see `keep_freed_heap`) goes
-                    // back, as a daemon's does once a window.
-                    crate::sys::held::release_free_heap();
                 }
             }
             name = session.signals.recv() => {

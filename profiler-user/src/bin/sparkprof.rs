@@ -203,7 +203,6 @@ enum ThreadNames {
 }
 
 fn main() -> ExitCode {
-    sparkprof::sys::held::keep_freed_heap();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
