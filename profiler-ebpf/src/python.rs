@@ -90,9 +90,10 @@ pub fn python_stack(tgid: u32, tid: u32, stacks: &impl StackSink<PythonStack>) -
     };
     let window = unsafe { &mut *window };
     // Everything that depends on the version is settled here, before the
-    // loops: a frame is then a few loads (and in the second loop one read)
-    // with no branch of its own (a branch per frame multiplied the paths
-    // 6.1's verifier walks past its limit).
+    // loops: a frame is then a few loads (and in the second loop one read),
+    // and its only branches leave a loop or step over a shim (a branch per
+    // frame whose two ways both went on multiplied the paths 6.1's verifier
+    // walks past its limit).
     let Some(frame_read) = FrameRead::new(offsets) else {
         return 0;
     };
