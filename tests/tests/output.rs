@@ -141,7 +141,10 @@ fn a_full_disk_is_reported_and_retried_and_nothing_is_lost() {
     while filler.write_all(&chunk).is_ok() {}
     drop(filler);
 
-    let workload = Workload::start(&chain, &["2", "1"]);
+    // Busy for longer than sparkprof's start and its 1.5 s together: the
+    // workload counts its own CPU time, and one of 2 s had used about 0.8 s
+    // before a slow start began recording (118 samples, stop 76's CI).
+    let workload = Workload::start(&chain, &["4", "1"]);
     let pid = workload.pid();
     let pid_arg = pid.to_string();
     let mut recorder = Recorder::start_in(
