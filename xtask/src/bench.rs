@@ -88,7 +88,7 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--only SECTION[,SECTIO
   M: how long the soak runs (default 10.5)
   SECTION: kernel (in-kernel cost per sample), overhead, cost (own cost), jit (JIT frames),
            spark (Spark job runtime, stage attribution, thread-dump safepoints),
-           offcpu (pipe ping-pong and the Spark job with and without --off-cpu),
+           offcpu (pipe ping-pong and the Spark job with and without --off-cpu; 4 rounds of ping-pong blocks per run),
            python (a Python workload under sparkprof and py-spy; in-kernel cost of a Python and a Java sample),
            threads (start, stop and cost beside a JVM and CPython with thousands of threads; at most 3 runs),
            soak (the daemon for ten minutes under process churn: RSS and CPU over time),

@@ -14,8 +14,9 @@
 //!    first round trip (and is stopped before the block without); the time
 //!    is the workload's own, around each block's round trips only. The
 //!    slowdowns over the floor (the empty program) that issue 19 sets
-//!    targets for are measured block by block ([`blocks`], 6.1b): a pair's
-//!    ratio spreads by more than the point they must resolve.
+//!    targets for are measured block by block ([`blocks`], 6.1b, in
+//!    [`blocks::ROUNDS_PER_RUN`] rounds per run): a pair's ratio spreads by
+//!    more than the point they must resolve.
 //! 2. sparkprof's CPU (utime + stime from `/proc/PID/stat`) over the round
 //!    trips of each profiled run.
 //! 3. The in-kernel cost per `sched_switch` invocation: `run_time_ns /
@@ -211,7 +212,12 @@ pub fn measure(bench: &Bench, runs: usize, spark_pairs: usize) -> Result<OffCpuR
         });
         Ok(())
     })?;
-    let blocks = blocks::measure(&bench.sparkprof, &binary, &dir, runs)?;
+    let blocks = blocks::measure(
+        &bench.sparkprof,
+        &binary,
+        &dir,
+        runs * blocks::ROUNDS_PER_RUN,
+    )?;
     let kernel = harness.kernel_cost()?;
     // The Spark job of section 5, beside `sparkprof record --off-cpu`.
     let (spark, spark_kernel) = super::spark::job_pairs_then(
