@@ -43,7 +43,7 @@ use crate::bench::{Interval, mean_and_sd, progress, verdict_below};
 
 /// Round trips of a block: about 0.3 s on the reference host.
 pub const BLOCK_TRIPS: u64 = 125_000;
-/// Rounds per `--runs`: a round (about 25 s) is cheap beside the rest of
+/// Rounds per `--runs`: a round (about 50 s) is cheap beside the rest of
 /// section 6, and its figures spread by about 3 points round to round on
 /// the reference host (15 rounds left the issue-19 targets unresolved at
 /// ±1.5 and ±2 points, with what sparkprof's program measurably adds to a
