@@ -347,6 +347,17 @@ pub fn markdown(rounds: &[Round]) -> String {
 mod tests {
     use super::*;
 
+    /// `--only`'s usage line says how many rounds of blocks a run makes:
+    /// this constant's number, not one written beside it.
+    #[test]
+    fn usage_says_the_rounds_a_run_makes() {
+        let rounds = format!("{ROUNDS_PER_RUN} rounds of ping-pong blocks per run");
+        assert!(
+            crate::bench::USAGE.contains(&rounds),
+            "the usage does not say {rounds:?}"
+        );
+    }
+
     /// A round whose blocks take these seconds, each kind twice.
     fn round(floor: [f64; 2], sparkprof: [f64; 4]) -> Round {
         let session = |kinds: &[Block], seconds: &[f64]| Session {
