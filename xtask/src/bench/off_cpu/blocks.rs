@@ -43,15 +43,23 @@ use crate::bench::{Interval, mean_and_sd, progress, verdict_below};
 
 /// Round trips of a block: about 0.3 s on the reference host.
 pub const BLOCK_TRIPS: u64 = 125_000;
-/// Rounds per `--runs`: a round (about 50 s) is cheap beside the rest of
-/// section 6, and its figures spread by about 3 points round to round on
-/// the reference host (15 rounds left the issue-19 targets unresolved at
-/// ±1.5 and ±2 points, with what sparkprof's program measurably adds to a
-/// switch about 1.5 points): 4 rounds a run resolve a point with
-/// `--runs 12` or more.
+/// Rounds per `--runs`: with [`CYCLES`] counted palindromes a session, a
+/// round takes about 140 s on the reference host and its recorded over
+/// the floor spreads by about 1.3 points round to round, so 4 rounds a run
+/// resolve about half a point with `--runs 6` (24 rounds, an hour).
 pub const ROUNDS_PER_RUN: usize = 4;
-/// Times a session runs its palindrome of conditions, counted.
-pub const CYCLES: usize = 5;
+/// Times a session runs its palindrome of conditions, counted. What
+/// spreads a round's figures is block-to-block noise: 60 rounds of 5
+/// cycles (3440653's run) spread recorded over the floor by 3.08 points
+/// (SD) round to round, about 4.9 points a block, and "not recorded over
+/// the floor", which compares blocks of one ping-pong, as much as the
+/// figures that compare two (2.43 and 2.18): the two ping-pongs' own
+/// difference is lost in it. A round also spends about 26 s starting and
+/// stopping its processes and sparkprof, whatever its length, so more
+/// cycles a session (the spread falls as their square root) resolve a
+/// point in fewer rounds and less time than more rounds of 5: 30 cycles
+/// make a round about 140 s, spread about 1.3.
+pub const CYCLES: usize = 30;
 /// Palindromes run first and not counted: the time just after sparkprof
 /// says it records is not yet like the rest (its first drains name the
 /// processes it found), and a start that falls on the first condition of
