@@ -43,22 +43,22 @@ use crate::bench::{Interval, mean_and_sd, progress, verdict_below};
 
 /// Round trips of a block: about 0.3 s on the reference host.
 pub const BLOCK_TRIPS: u64 = 125_000;
-/// Rounds per `--runs`: with [`CYCLES`] counted palindromes a session, a
-/// round takes about 140 s on the reference host and its recorded over
-/// the floor spreads by about 1.3 points round to round, so 4 rounds a run
-/// resolve about half a point with `--runs 6` (24 rounds, an hour).
+/// Rounds per `--runs`: a round takes about 4 minutes here (879b1f9's
+/// 24 rounds, `--runs 6`, took about 100 minutes) and its recorded over
+/// the floor spreads by about 1.1 points round to round, so `--runs 6`
+/// resolves about half a point.
 pub const ROUNDS_PER_RUN: usize = 4;
 /// Times a session runs its palindrome of conditions, counted. What
-/// spreads a round's figures is block-to-block noise: 60 rounds of 5
-/// cycles (3440653's run) spread recorded over the floor by 3.08 points
-/// (SD) round to round, about 4.9 points a block, and "not recorded over
-/// the floor", which compares blocks of one ping-pong, as much as the
-/// figures that compare two (2.43 and 2.18): the two ping-pongs' own
-/// difference is lost in it. A round also spends about 26 s starting and
-/// stopping its processes and sparkprof, whatever its length, so more
-/// cycles a session (the spread falls as their square root) resolve a
-/// point in fewer rounds and less time than more rounds of 5: 30 cycles
-/// make a round about 140 s, spread about 1.3.
+/// spreads a round's figures is the blocks' own noise (about 5 points a
+/// block; "not recorded over the floor", which compares blocks of one
+/// ping-pong, spreads as much as the figures that compare two), and it
+/// falls as the square root of the blocks: 30 cycles a session spread
+/// recorded over the floor by 1.08 points (879b1f9's section 6, 24 rounds)
+/// against 3.08 with 5 (3440653's, 60 rounds). A round takes about six
+/// times as long (a block here is about 0.63 s of round trips and a little
+/// of its own: its links, its start), so for the same time either
+/// resolves as much; 30 keeps the rounds few and the command that made
+/// section 6 the one that makes it again.
 pub const CYCLES: usize = 30;
 /// Palindromes run first and not counted: the time just after sparkprof
 /// says it records is not yet like the rest (its first drains name the
