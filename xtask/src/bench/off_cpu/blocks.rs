@@ -43,8 +43,8 @@ use crate::bench::{Interval, mean_and_sd, progress, verdict_below};
 
 /// Round trips of a block: about 0.3 s on the reference host.
 pub const BLOCK_TRIPS: u64 = 125_000;
-/// Rounds per `--runs`: a round takes about 4 minutes here (879b1f9's
-/// 24 rounds, `--runs 6`, took about 100 minutes) and its recorded over
+/// Rounds per `--runs`: a round takes about 4.5 minutes here (879b1f9's
+/// 24 rounds, `--runs 6`, took about 110 minutes) and its recorded over
 /// the floor spreads by about 1.1 points round to round, so `--runs 6`
 /// resolves about half a point.
 pub const ROUNDS_PER_RUN: usize = 4;
